@@ -1,0 +1,49 @@
+"""`headway data …`: write task examples as JSON Lines for independent checking."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from headway.tasks.export import write_jsonl
+from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS, RetrievalConfig, generate
+
+
+@click.group()
+def data() -> None:
+    """Generate task data as JSON Lines."""
+
+
+@data.command("retrieval")
+@click.option("--hops", "-D", type=int, default=RetrievalConfig.hops, show_default=True, help="Hops D per chain.")
+@click.option("--chains", "-K", type=int, default=RetrievalConfig.chains, show_default=True, help="Chains K per example.")
+@click.option("--vocab", "-V", type=int, default=RetrievalConfig.vocab, show_default=True, help="Number of symbols V.")
+@click.option("--layout", type=click.Choice(LAYOUTS), default=RetrievalConfig.layout, show_default=True)
+@click.option("--order", type=click.Choice(ORDERS), default=RetrievalConfig.order, show_default=True)
+@click.option("--curriculum", type=click.Choice(CURRICULA), default=RetrievalConfig.curriculum, show_default=True)
+@click.option("--conditional", is_flag=True, help="The conditional-retrieval variant.")
+@click.option("--relations", type=int, default=RetrievalConfig.relations, show_default=True,
+              help="Relations (conditional only).")
+@click.option("--classes", type=int, default=RetrievalConfig.classes, show_default=True,
+              help="Entity classes (conditional only).")
+@click.option("-n", "count", type=int, default=10, show_default=True, help="Number of examples.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: standard output).")
+def retrieval(hops: int, chains: int, vocab: int, layout: str, order: str, curriculum: str, conditional: bool,
+              relations: int, classes: int, count: int, seed: int, out: Path | None) -> None:
+    """Retrieval examples: the model's view (tokens, targets) and a structured view to re-solve."""
+    cfg = RetrievalConfig(vocab=vocab, chains=chains, hops=hops, layout=layout, order=order,
+                          curriculum=curriculum, conditional=conditional, relations=relations, classes=classes)
+    batch = generate(cfg, count, seed)  # validates everything before any file is opened
+    if out is None:
+        write_jsonl(sys.stdout, cfg, batch)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    write_jsonl(tmp, cfg, batch)
+    os.replace(tmp, out)
+    click.echo(f"wrote {count} examples to {out}", err=True)

@@ -1,0 +1,274 @@
+"""E independent GPT-2-style transformers of one shape, run in one forward and backward pass.
+
+Every weight carries a leading instance axis and TransformerLens names (`embed.W_E`,
+`blocks.0.attn.W_Q [E, n_heads, d_model, d_head]`, ...). Every activation carries the same
+leading axis: `blocks.0.attn.hook_pattern` is [E, batch, head, query_pos, key_pos].
+Hooks are plain callables looked up by name; with none given the forward pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from headway.model.config import ModelConfig
+from headway.model.flat import FlatParameters
+
+Hook = Callable[[Tensor, str], Tensor | None]
+INIT_STD = 0.02
+
+
+def _param(n: int, *shape: int) -> nn.Parameter:
+    return nn.Parameter(torch.zeros(n, *shape))
+
+
+class _Run:
+    """Hook dispatch for one forward call: returns the tensor, replaced if a hook returned one."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, hooks: Mapping[str, Hook] | None) -> None:
+        self.hooks = hooks or {}
+
+    def __call__(self, name: str, tensor: Tensor) -> Tensor:
+        hook = self.hooks.get(name)
+        if hook is None:
+            return tensor
+        out = hook(tensor, name)
+        return tensor if out is None else out
+
+    def wants(self, *names: str) -> bool:
+        return any(n in self.hooks for n in names)
+
+
+class LayerNorm(nn.Module):
+    """Per-instance LayerNorm (`w`, `b` of shape [E, d_model]); identity when disabled."""
+
+    def __init__(self, n: int, d_model: int, enabled: bool, name: str) -> None:
+        super().__init__()
+        self.enabled = enabled
+        self.name = name
+        if enabled:
+            self.w = nn.Parameter(torch.ones(n, d_model))
+            self.b = _param(n, d_model)
+
+    def forward(self, x: Tensor, run: _Run) -> Tensor:
+        if not self.enabled:
+            return x
+        x = F.layer_norm(x, x.shape[-1:])
+        x = run(f"{self.name}.hook_normalized", x)
+        shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+        return torch.addcmul(self.b.view(shape), x, self.w.view(shape))
+
+
+class Attention(nn.Module):
+    """Multi-head attention for E instances; causal or bidirectional."""
+
+    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int, name: str) -> None:
+        super().__init__()
+        h, d, dh = cfg.heads, cfg.d_model, cfg.head_dim
+        self.name = name
+        self.causal = cfg.attention == "causal"
+        self.W_Q, self.W_K, self.W_V = _param(n, h, d, dh), _param(n, h, d, dh), _param(n, h, d, dh)
+        self.b_Q, self.b_K, self.b_V = _param(n, h, dh), _param(n, h, dh), _param(n, h, dh)
+        self.W_O = _param(n, h, dh, d)
+        self.b_O = _param(n, d)
+        mask = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril() if self.causal else None
+        self.register_buffer("mask", mask, persistent=False)
+
+    def forward(self, x: Tensor, run: _Run) -> Tensor:
+        e, b, s, d = x.shape
+        h, dh = self.W_Q.shape[1], self.W_Q.shape[3]
+        w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V], dim=1).transpose(1, 2).reshape(e, d, 3 * h * dh)
+        b_qkv = torch.cat([self.b_Q, self.b_K, self.b_V], dim=1).reshape(e, 1, 3 * h * dh)
+        qkv = torch.baddbmm(b_qkv, x.reshape(e, b * s, d), w_qkv).view(e, b, s, 3, h, dh)
+        q, k, v = qkv.unbind(dim=3)  # each [E, B, S, H, dh]
+        n = self.name
+        if run.wants(f"{n}.hook_q", f"{n}.hook_k", f"{n}.hook_v"):
+            q, k, v = run(f"{n}.hook_q", q), run(f"{n}.hook_k", k), run(f"{n}.hook_v", v)
+        q, k, v = (t.permute(0, 1, 3, 2, 4) for t in (q, k, v))  # [E, B, H, S, dh]
+        scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
+        if self.causal:
+            scores = scores.masked_fill(~self.mask[:s, :s], float("-inf"))
+        scores = run(f"{n}.hook_attn_scores", scores)
+        pattern = run(f"{n}.hook_pattern", torch.softmax(scores, dim=-1))
+        z = torch.matmul(pattern, v).permute(0, 1, 3, 2, 4)  # [E, B, S, H, dh]
+        z = run(f"{n}.hook_z", z)
+        out = torch.baddbmm(
+            self.b_O.unsqueeze(1), z.reshape(e, b * s, h * dh), self.W_O.reshape(e, h * dh, d)
+        )
+        return out.view(e, b, s, d)
+
+
+class MLP(nn.Module):
+    """GELU MLP (exact erf form; see docs/decisions.md) for E instances."""
+
+    def __init__(self, n: int, d_model: int, d_mlp: int, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.W_in, self.b_in = _param(n, d_model, d_mlp), _param(n, d_mlp)
+        self.W_out, self.b_out = _param(n, d_mlp, d_model), _param(n, d_model)
+
+    def forward(self, x: Tensor, run: _Run) -> Tensor:
+        e, b, s, d = x.shape
+        pre = torch.baddbmm(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
+        post = run(f"{self.name}.hook_post", F.gelu(pre))
+        out = torch.baddbmm(self.b_out.unsqueeze(1), post, self.W_out)
+        return out.view(e, b, s, d)
+
+
+class Block(nn.Module):
+    """Pre-LN residual block: attention, then (optionally) an MLP."""
+
+    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int, index: int) -> None:
+        super().__init__()
+        self.name = f"blocks.{index}"
+        self.ln1 = LayerNorm(n, cfg.d_model, cfg.layernorm, f"{self.name}.ln1")
+        self.attn = Attention(n, cfg, n_ctx, f"{self.name}.attn")
+        self.has_mlp = cfg.mlp_dim > 0
+        if self.has_mlp:
+            self.ln2 = LayerNorm(n, cfg.d_model, cfg.layernorm, f"{self.name}.ln2")
+            self.mlp = MLP(n, cfg.d_model, cfg.mlp_dim, f"{self.name}.mlp")
+
+    def forward(self, x: Tensor, run: _Run) -> Tensor:
+        n = self.name
+        x = run(f"{n}.hook_resid_pre", x)
+        x = x + run(f"{n}.hook_attn_out", self.attn(self.ln1(x, run), run))
+        if self.has_mlp:
+            x = run(f"{n}.hook_resid_mid", x)
+            x = x + run(f"{n}.hook_mlp_out", self.mlp(self.ln2(x, run), run))
+        return run(f"{n}.hook_resid_post", x)
+
+
+class EnsembleTransformer(nn.Module):
+    """E same-shaped transformers; instance e sees only tokens[e] and its own weights.
+
+    `tokens` is [E, batch, pos] or [E, batch, pos, slots]: with slots, the embeddings of the
+    slot ids at one position are summed (e.g. the two role embeddings of a packed link).
+    The output is the unembedded residual at the last position ([E, batch, d_out]) or at every
+    position ([E, batch, pos, d_out]) with `readout="all"`.
+    """
+
+    def __init__(self, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, n_instances: int,
+                 device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.cfg, self.d_vocab, self.n_ctx, self.d_out = cfg, d_vocab, n_ctx, d_out
+        self.n_instances = n_instances
+        n, d = n_instances, cfg.d_model
+        with torch.device(device or "cpu"):
+            self.embed = nn.Module()
+            self.embed.W_E = _param(n, d_vocab, d)
+            self.pos_embed = nn.Module()
+            self.pos_embed.W_pos = _param(n, n_ctx, d)
+            self.blocks = nn.ModuleList(Block(n, cfg, n_ctx, i) for i in range(cfg.layers))
+            self.ln_final = LayerNorm(n, d, cfg.layernorm, "ln_final")
+            self.unembed = nn.Module()
+            self.unembed.W_U = _param(n, d, d_out)
+            self.unembed.b_U = _param(n, d_out)
+        self.flat = FlatParameters(self, n_instances)
+
+    @classmethod
+    def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
+                   device: torch.device | str | None = None) -> EnsembleTransformer:
+        """Build an ensemble whose instance e is initialised exactly as a lone model with seeds[e]."""
+        model = cls(cfg, d_vocab, n_ctx, d_out, len(seeds), device)
+        model.initialise(seeds)
+        return model
+
+    @torch.no_grad()
+    def initialise(self, seeds: Sequence[int]) -> None:
+        """GPT-2 initialisation per instance from its own seed: N(0, 0.02), residual outputs
+        scaled by 1/sqrt(2·layers), biases 0, LayerNorm gains 1. Drawn on the CPU so every device
+        gets the same numbers."""
+        residual_std = INIT_STD / math.sqrt(2 * self.cfg.layers)
+        for e, seed in enumerate(seeds):
+            gen = torch.Generator().manual_seed(int(seed))
+            for name, param in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf.startswith("W_"):
+                    std = residual_std if leaf in ("W_O", "W_out") else INIT_STD
+                    values = torch.randn(param.shape[1:], generator=gen) * std
+                elif leaf == "w":
+                    values = torch.ones(param.shape[1:])
+                else:
+                    values = torch.zeros(param.shape[1:])
+                param[e].copy_(values)
+
+    def forward(self, tokens: Tensor, *, hooks: Mapping[str, Hook] | None = None,
+                readout: str = "last") -> Tensor:
+        run = _Run(hooks)
+        e, b, s = tokens.shape[:3]
+        if e != self.n_instances:
+            raise ValueError(f"tokens have {e} instances on axis 0; this ensemble has {self.n_instances}")
+        if s > self.n_ctx:
+            raise ValueError(f"sequence length {s} exceeds n_ctx = {self.n_ctx}")
+        offsets = torch.arange(e, device=tokens.device).view(e, *([1] * (tokens.dim() - 1))) * self.d_vocab
+        table = self.embed.W_E.reshape(e * self.d_vocab, -1)
+        x = F.embedding(tokens + offsets, table)
+        if tokens.dim() == 4:
+            x = x.sum(dim=3)
+        x = run("hook_embed", x)
+        x = x + run("hook_pos_embed", self.pos_embed.W_pos[:, None, :s, :])
+        for block in self.blocks:
+            x = block(x, run)
+        if readout == "last":
+            x = x[:, :, -1:, :]
+        elif readout != "all":
+            raise ValueError(f"readout = {readout!r}; choose 'last' or 'all'")
+        x = self.ln_final(x, run)
+        out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
+        return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, s, self.d_out)
+
+    def run_with_cache(self, tokens: Tensor, names: Iterable[str] | None = None,
+                       readout: str = "last") -> tuple[Tensor, dict[str, Tensor]]:
+        """Forward that also returns the named activations (all hook points by default)."""
+        cache: dict[str, Tensor] = {}
+
+        def store(tensor: Tensor, name: str) -> None:
+            cache[name] = tensor.detach()
+
+        wanted = self.hook_names() if names is None else list(names)
+        unknown = sorted(set(wanted) - set(self.hook_names()))
+        if unknown:
+            raise KeyError(f"unknown hook names {unknown}; see EnsembleTransformer.hook_names()")
+        out = self.forward(tokens, hooks={name: store for name in wanted}, readout=readout)
+        return out, cache
+
+    def hook_names(self) -> list[str]:
+        """Every hook point of this model, in forward order."""
+        names = ["hook_embed", "hook_pos_embed"]
+        for block in self.blocks:
+            n = block.name
+            names.append(f"{n}.hook_resid_pre")
+            if self.cfg.layernorm:
+                names.append(f"{n}.ln1.hook_normalized")
+            names += [f"{n}.attn.hook_{k}" for k in ("q", "k", "v", "attn_scores", "pattern", "z")]
+            names.append(f"{n}.hook_attn_out")
+            if block.has_mlp:
+                names.append(f"{n}.hook_resid_mid")
+                if self.cfg.layernorm:
+                    names.append(f"{n}.ln2.hook_normalized")
+                names += [f"{n}.mlp.hook_post", f"{n}.hook_mlp_out"]
+            names.append(f"{n}.hook_resid_post")
+        if self.cfg.layernorm:
+            names.append("ln_final.hook_normalized")
+        return names
+
+    def instance_state(self, index: int) -> dict[str, Tensor]:
+        """The weights of one instance, without the instance axis (TransformerLens shapes)."""
+        return {name: p[index].detach().clone() for name, p in self.named_parameters()}
+
+    @torch.no_grad()
+    def load_instances(self, state: Mapping[str, Tensor], indices: Sequence[int] | None = None) -> None:
+        """Copy weights with a leading instance axis into this ensemble (optionally a selection)."""
+        for name, param in self.named_parameters():
+            if name not in state:
+                raise KeyError(f"checkpoint has no tensor {name!r}")
+            values = state[name] if indices is None else state[name][list(indices)]
+            if values.shape != param.shape:
+                raise ValueError(f"{name}: checkpoint shape {tuple(values.shape)} != model shape {tuple(param.shape)}")
+            param.copy_(values.to(param.device, param.dtype))

@@ -1,0 +1,113 @@
+"""A run: one task, one model shape, one training recipe and one seed.
+
+A run is stored and shown as one flat dictionary (`RunConfig.flat()`): the field names of the
+task, model and training configs do not collide, so a flat view is unambiguous and is what
+grids, the CLI, `headway show` and the metrics DataFrame use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from headway.errors import ConfigError
+from headway.model.config import ModelConfig
+from headway.tasks.retrieval import RetrievalConfig
+from headway.train.config import TrainConfig
+
+TASKS = {"retrieval": RetrievalConfig}
+# Hyper-parameters that members of one ensemble may hold different values of.
+PER_INSTANCE = ("lr", "weight_decay")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that determines a run's numbers."""
+
+    task: RetrievalConfig = field(default_factory=RetrievalConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0  # model initialisation and batch order
+    data_seed: int = 0  # training pool and validation set (shared by runs that differ only in seed)
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "data_seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 0")
+
+    @property
+    def task_name(self) -> str:
+        return next(name for name, cls in TASKS.items() if isinstance(self.task, cls))
+
+    def flat(self) -> dict[str, Any]:
+        """One flat dictionary of every setting (JSON-serialisable)."""
+        return {"task": self.task_name, **self.task.to_dict(), **self.model.to_dict(),
+                **self.train.to_dict(), "seed": self.seed, "data_seed": self.data_seed}
+
+    @classmethod
+    def from_flat(cls, data: dict[str, Any]) -> RunConfig:
+        """Inverse of `flat()`; unknown keys are refused so typos do not pass silently."""
+        task_name = data.get("task", "retrieval")
+        if task_name not in TASKS:
+            raise ConfigError(f"task = {task_name!r} is unknown; choose one of {', '.join(TASKS)}")
+        task_cls = TASKS[task_name]
+        parts = {part: {f.name for f in fields(part_cls)}
+                 for part, part_cls in (("task", task_cls), ("model", ModelConfig), ("train", TrainConfig))}
+        known = set().union(*parts.values()) | {"task", "seed", "data_seed"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+        pick = {part: {k: v for k, v in data.items() if k in names} for part, names in parts.items()}
+        return cls(task=task_cls(**pick["task"]), model=ModelConfig(**pick["model"]),
+                   train=TrainConfig(**pick["train"]), seed=data.get("seed", 0),
+                   data_seed=data.get("data_seed", 0))
+
+    @property
+    def run_id(self) -> str:
+        """A short stable hash of the full configuration."""
+        return _digest(self.flat())[:12]
+
+    def ensemble_key(self) -> dict[str, Any]:
+        """What runs must share to be trained as members of one ensemble: the model shape, the
+        task's tensor shapes and the training recipe (except the per-instance hyper-parameters)."""
+        task = self.task
+        return {
+            "task": self.task_name,
+            "io": {"n_ctx": task.n_ctx, "n_slots": task.n_slots, "d_vocab": task.d_vocab,
+                   "d_out": task.d_out, "vocab": task.vocab, "n_targets": task.n_targets},
+            "model": self.model.to_dict(),
+            "train": {k: v for k, v in self.train.to_dict().items() if k not in PER_INSTANCE},
+        }
+
+    def ensemble_name(self) -> str:
+        """Directory name of the ensemble this run belongs to."""
+        return f"L{self.model.layers}-S{self.task.n_ctx}-{_digest(self.ensemble_key())[:8]}"
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def group_runs(runs: list[RunConfig]) -> dict[str, list[RunConfig]]:
+    """Pack runs into ensembles by shape, keeping the given order within each."""
+    groups: dict[str, list[RunConfig]] = {}
+    for run in runs:
+        groups.setdefault(run.ensemble_name(), []).append(run)
+    for name, members in groups.items():
+        ids = [m.run_id for m in members]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"the grid repeats a run in ensemble {name}; every run must differ (e.g. in seed)")
+    return groups
+
+
+def expand_grid(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[RunConfig]:
+    """Every combination of the axis values on top of `base` (flat settings), in row-major order."""
+    combos: list[dict[str, Any]] = [dict(base)]
+    for key, values in axes.items():
+        if not values:
+            raise ConfigError(f"grid axis {key} has no values")
+        combos = [{**c, key: v} for c in combos for v in values]
+    return [RunConfig.from_flat(c) for c in combos]

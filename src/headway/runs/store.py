@@ -1,0 +1,98 @@
+"""Read a run directory (one ensemble) or a sweep directory (many) back as pandas and models."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from headway.errors import ConfigError
+from headway.model.transformer import EnsembleTransformer
+from headway.runs import layout
+from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.config import RunConfig
+
+
+def _ensembles(path: Path | str) -> list[Path]:
+    dirs = layout.ensemble_dirs(Path(path))
+    if not dirs:
+        raise ConfigError(f"{path} holds no runs (no {layout.CONFIG} in it or below it)")
+    return dirs
+
+
+def load_runs(path: Path | str) -> list[RunConfig]:
+    """The run configs at `path`, ensemble by ensemble, in instance order."""
+    return [RunConfig.from_flat(flat) for d in _ensembles(path)
+            for flat in layout.read_json(d / layout.CONFIG)["runs"]]
+
+
+def load_metrics(path: Path | str) -> pd.DataFrame:
+    """Every logged metric of every run at `path`, one row per run per logged step, with the run's
+    flat config as columns (so `df.groupby(["layers", "hops"])` works directly)."""
+    frames = []
+    for d in _ensembles(path):
+        metrics_file = d / layout.METRICS
+        if not metrics_file.is_file():
+            continue
+        metrics = pd.read_parquet(metrics_file)
+        configs = pd.DataFrame(layout.read_json(d / layout.CONFIG)["runs"])
+        configs["instance"] = range(len(configs))
+        configs["ensemble"] = d.name
+        frames.append(metrics.merge(configs, on="instance", how="left"))
+    if not frames:
+        return pd.DataFrame()
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_summary(path: Path | str) -> list[dict]:
+    """Per run: `config` (flat), `final` metrics (last logged step) and whether training completed."""
+    out = []
+    for d in _ensembles(path):
+        runs = layout.read_json(d / layout.CONFIG)["runs"]
+        summary_file = d / layout.SUMMARY
+        if summary_file.is_file():
+            finals = [r["final"] for r in layout.read_json(summary_file)["runs"]]
+            complete = True
+        else:
+            finals, complete = _last_rows(d, len(runs)), False
+        for e, (config, final) in enumerate(zip(runs, finals)):
+            out.append({"ensemble": d.name, "instance": e, "complete": complete,
+                        "config": config, "final": final})
+    return out
+
+
+def _last_rows(run_dir: Path, n: int) -> list[dict]:
+    metrics_file = run_dir / layout.METRICS
+    if not metrics_file.is_file():
+        return [{} for _ in range(n)]
+    metrics = pd.read_parquet(metrics_file)
+    last = metrics[metrics.step == metrics.step.max()].set_index("instance")
+    return [{k: (None if pd.isna(v) else v) for k, v in last.loc[e].items() if k != "run_id"}
+            if e in last.index else {} for e in range(n)]
+
+
+def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None, step: int | None = None,
+               device: torch.device | str = "cpu") -> EnsembleTransformer:
+    """The weights saved at `step` (default: the last) of one ensemble directory, for all its
+    instances or a selection (an int gives a one-instance ensemble)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / layout.CONFIG).is_file():
+        raise ConfigError(f"{run_dir} is not a run directory (no {layout.CONFIG})")
+    runs = load_runs(run_dir)
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        raise ConfigError(f"{run_dir} has no checkpoints yet")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ConfigError(f"no checkpoint at step {step} in {run_dir}; saved steps: {steps}")
+    selection = list(range(len(runs))) if instances is None else (
+        [instances] if isinstance(instances, int) else list(instances))
+    bad = [i for i in selection if not 0 <= i < len(runs)]
+    if bad:
+        raise ConfigError(f"instance(s) {bad} out of range; this run directory has {len(runs)} instances")
+    task, model_cfg = runs[0].task, runs[0].model
+    model = EnsembleTransformer(model_cfg, task.d_vocab, task.n_ctx, task.d_out, len(selection), device)
+    model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), selection)
+    return model

@@ -1,0 +1,39 @@
+"""Training pools and validation sets of an ensemble, on the device, one per distinct task."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from headway.runs.config import RunConfig
+from headway.tasks.pools import make_pools
+from headway.train.sampling import EpochSampler
+
+
+class EnsembleData:
+    """Batches for E runs: instance e draws from the pool of its own (task, data_seed) with its own
+    seed, exactly the batches it would draw if trained alone."""
+
+    def __init__(self, runs: list[RunConfig], device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        train = runs[0].train
+        self.batch_size = train.batch_size
+        keys = [(run.task, run.data_seed) for run in runs]
+        unique = list(dict.fromkeys(keys))
+        pools = [make_pools(task, train.train_size, train.val_size, seed) for task, seed in unique]
+        self.pool_size = train.train_size
+        # All pools stacked: instance e reads rows offset[e] .. offset[e] + pool_size.
+        self.tokens = torch.from_numpy(np.concatenate([p[0].tokens for p in pools])).to(self.device)
+        self.targets = torch.from_numpy(np.concatenate([p[0].targets for p in pools])).to(self.device)
+        which = [unique.index(k) for k in keys]
+        self.offsets = torch.tensor([w * self.pool_size for w in which], device=self.device)[:, None]
+        self.val_tokens = torch.stack([torch.from_numpy(pools[w][1].tokens) for w in which]).long().to(self.device)
+        self.val_targets = torch.stack([torch.from_numpy(pools[w][1].targets) for w in which]).to(self.device)
+        self.samplers = [EpochSampler(self.pool_size, self.batch_size, run.seed) for run in runs]
+
+    def train_batch(self, step: int) -> tuple[Tensor, Tensor]:
+        """Tokens [E, B, pos, slots] and target symbols [E, B, T] of update number `step`."""
+        idx = torch.from_numpy(np.stack([s.indices(step) for s in self.samplers])).to(self.device)
+        idx = idx + self.offsets
+        return self.tokens[idx].long(), self.targets[idx]

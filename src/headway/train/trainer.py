@@ -1,0 +1,215 @@
+"""The ensemble trainer: E runs of one shape, one forward/backward per step, checkpoints, resume."""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from headway.errors import ConfigError
+from headway.model.transformer import EnsembleTransformer
+from headway.runs import layout
+from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
+from headway.runs.config import RunConfig
+from headway.train.data import EnsembleData
+from headway.train.objective import evaluate, readout_loss
+from headway.train.optim import EnsembleAdam
+from headway.train.schedule import lr_multiplier
+
+
+def checkpoint_schedule(steps: int, every: int, n_log: int) -> list[int]:
+    """Steps whose weights are kept: 0, every `every`, `n_log` log-spaced steps, and the last."""
+    regular = set(range(0, steps + 1, every))
+    logs = {int(round(x)) for x in np.logspace(0, math.log10(steps), n_log)} if n_log else set()
+    return sorted(regular | logs | {0, steps})
+
+
+def build_model(runs: list[RunConfig], device: torch.device | str) -> EnsembleTransformer:
+    """An untrained ensemble for runs of one shape, instance e initialised from runs[e].seed."""
+    task = runs[0].task
+    return EnsembleTransformer.from_seeds(runs[0].model, task.d_vocab, task.n_ctx, task.d_out,
+                                          [run.seed for run in runs], device)
+
+
+class Interrupted(Exception):
+    """Training stopped on request (Ctrl-C); the state at `step` is saved and can be resumed."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"interrupted at step {step}; run the same command again to resume")
+        self.step = step
+
+
+class EnsembleTrainer:
+    """Trains runs that share an ensemble key (see `RunConfig.ensemble_key`) in `run_dir`."""
+
+    def __init__(self, runs: list[RunConfig], run_dir: Path | str, device: torch.device | str = "cpu",
+                 progress: bool = True) -> None:
+        if not runs:
+            raise ConfigError("no runs to train")
+        keys = {str(run.ensemble_key()) for run in runs}
+        if len(keys) != 1:
+            raise ConfigError("runs of different shapes cannot share an ensemble; group them with group_runs()")
+        self.runs = runs
+        self.run_dir = Path(run_dir)
+        self.device = torch.device(device)
+        self.progress = progress
+        self.cfg = runs[0].train
+        self.vocab = runs[0].task.vocab
+        self._stop_requested = False
+        self._reported: set[int] = set()
+
+    def fit(self) -> pd.DataFrame:
+        """Train to the last step (resuming from the latest saved state) and return the metrics."""
+        cfg, n = self.cfg, len(self.runs)
+        config = {"runs": [r.flat() for r in self.runs]}
+        config_path = self.run_dir / layout.CONFIG
+        if config_path.is_file():
+            if layout.read_json(config_path) != config:
+                raise ConfigError(f"{self.run_dir} already holds other runs; choose a new output directory")
+            if (self.run_dir / layout.SUMMARY).is_file():
+                return pd.read_parquet(self.run_dir / layout.METRICS)
+        layout.write_json(config_path, config)
+        data = EnsembleData(self.runs, self.device)
+        model = build_model(self.runs, self.device)
+        flat = model.flat
+        optim = EnsembleAdam(
+            flat,
+            lr=torch.tensor([r.train.lr for r in self.runs]),
+            weight_decay=torch.tensor([r.train.weight_decay for r in self.runs]),
+            decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
+            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw",
+        )
+        state = {
+            "active": torch.ones(n, dtype=torch.bool, device=self.device),
+            "diverged_step": torch.full((n,), -1, dtype=torch.long, device=self.device),
+            "loss_sum": torch.zeros(n, device=self.device),
+            "loss_count": torch.zeros((), device=self.device),
+            "grad_norm": torch.zeros(n, device=self.device),
+        }
+        rows: list[dict] = []
+        start = 0
+        resumed = load_resume_state(self.run_dir, self.device)
+        if resumed is not None:
+            weights, tensors, counters, metrics = resumed
+            model.load_instances(weights)
+            optim.load_state(tensors, counters["optimizer_steps"])
+            for key in state:
+                state[key].copy_(tensors[key])
+            start = counters["step"]
+            rows = metrics.to_dict("records")
+        keep = set(checkpoint_schedule(cfg.steps, cfg.checkpoint_every, cfg.log_checkpoints))
+        started = time.perf_counter()
+        bar = tqdm(total=cfg.steps, initial=start, desc=self.run_dir.name, unit="step",
+                   disable=None if self.progress else True, dynamic_ncols=True)
+        previous = signal.signal(signal.SIGINT, self._request_stop) if _main_thread() else None
+        try:
+            if start == 0:
+                self._log(model, data, state, 0, rows, bar)
+                self._save(model, optim, state, 0, rows, keep)
+            for step in range(start, cfg.steps):
+                self._train_step(model, data, optim, state, step)
+                done = step + 1
+                bar.update(1)
+                if done % cfg.eval_every == 0 or done == cfg.steps:
+                    self._log(model, data, state, done, rows, bar)
+                if done in keep or self._stop_requested:
+                    self._save(model, optim, state, done, rows, keep)
+                if self._stop_requested:
+                    raise Interrupted(done)
+        finally:
+            bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        metrics = pd.DataFrame(rows)
+        self._write_summary(metrics, state, time.perf_counter() - started)
+        return metrics
+
+    def _request_stop(self, signum, frame) -> None:
+        if self._stop_requested:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self._stop_requested = True
+
+    def _train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: dict, step: int) -> None:
+        cfg = self.cfg
+        tokens, targets = data.train_batch(step)
+        model.flat.zero_grad()
+        losses = readout_loss(model(tokens), targets, self.vocab, cfg.loss)
+        losses.sum().backward()
+        grad = model.flat.grad
+        norms = grad.norm(dim=1)
+        if cfg.grad_clip > 0:
+            grad.mul_(torch.clamp(cfg.grad_clip / (norms + 1e-6), max=1.0)[:, None])
+        ok = torch.isfinite(losses) & torch.isfinite(norms)
+        active = state["active"]
+        newly = active & ~ok
+        state["diverged_step"].masked_fill_(newly, step + 1)
+        active &= ok
+        state["loss_sum"] += torch.where(active, losses.detach(), 0.0)
+        state["loss_count"] += 1
+        state["grad_norm"].copy_(norms)
+        scale = lr_multiplier(cfg.schedule, step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction)
+        optim.step(scale, active)
+
+    def _log(self, model, data: EnsembleData, state: dict, step: int, rows: list, bar) -> None:
+        val_loss, hop_acc = evaluate(model, data.val_tokens, data.val_targets, self.vocab, self.cfg.loss)
+        count = state["loss_count"].item()
+        train_loss = (state["loss_sum"] / count).tolist() if count else [float("nan")] * len(self.runs)
+        state["loss_sum"].zero_()
+        state["loss_count"].zero_()
+        active = state["active"].tolist()
+        diverged = state["diverged_step"].tolist()
+        for e, run in enumerate(self.runs):
+            row = {"step": step, "instance": e, "run_id": run.run_id,
+                   "train_loss": train_loss[e] if active[e] else float("nan"),
+                   "val_loss": val_loss[e].item(), "val_accuracy": hop_acc[e, -1].item(),
+                   "grad_norm": state["grad_norm"][e].item(), "diverged": not active[e]}
+            if hop_acc.shape[1] > 1:
+                row.update({f"val_acc_hop{k + 1}": hop_acc[e, k].item() for k in range(hop_acc.shape[1])})
+            rows.append(row)
+            if diverged[e] >= 0 and e not in self._reported:
+                bar.write(f"instance {e} (seed {run.seed}, lr {run.train.lr}) diverged at step "
+                          f"{diverged[e]}: frozen, the others go on")
+                self._reported.add(e)
+        live = [e for e in range(len(self.runs)) if active[e]]
+        if live:
+            bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
+                            val_acc=f"{np.mean([hop_acc[e, -1].item() for e in live]):.3f}")
+
+    def _save(self, model, optim: EnsembleAdam, state: dict, step: int, rows: list, keep: set) -> None:
+        weights = dict(model.named_parameters())
+        if step in keep:
+            save_tensors(layout.checkpoint_path(self.run_dir, step), weights, {"step": str(step)})
+        metrics = pd.DataFrame(rows)
+        save_resume_state(self.run_dir, step, weights, {**optim.state_tensors(), **state},
+                          {"step": step, "optimizer_steps": optim.steps_taken}, metrics)
+        metrics.to_parquet(self.run_dir / layout.METRICS, index=False)
+
+    def _write_summary(self, metrics: pd.DataFrame, state: dict, seconds: float) -> None:
+        last = metrics[metrics.step == metrics.step.max()].set_index("instance")
+        diverged = state["diverged_step"].tolist()
+        runs = []
+        for e, run in enumerate(self.runs):
+            final = {k: _plain(v) for k, v in last.loc[e].items() if k != "run_id"}
+            final["diverged_step"] = diverged[e] if diverged[e] >= 0 else None
+            runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
+        layout.write_json(self.run_dir / layout.SUMMARY, {
+            "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
+            "device": str(self.device), "seconds_this_session": round(seconds, 2), "runs": runs})
+
+
+def _plain(value):
+    """numpy scalars to Python values; NaN to None so the JSON stays standard."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,0 +1,20 @@
+"""Shared helpers for the test suite: tiny, fast run configurations."""
+
+from __future__ import annotations
+
+import pytest
+
+from headway.runs.config import RunConfig
+
+TINY = dict(vocab=12, chains=2, hops=1, layers=1, heads=2, d_model=16, batch_size=32, steps=60,
+            train_size=2048, val_size=256, eval_every=20, checkpoint_every=30, log_checkpoints=4)
+
+
+def tiny_run(**overrides) -> RunConfig:
+    """A run that trains in about a second on one CPU core."""
+    return RunConfig.from_flat({**TINY, **overrides})
+
+
+@pytest.fixture
+def tiny():
+    return tiny_run

@@ -1,0 +1,101 @@
+"""The command line: JSONL export, training a grid, `show`, and one-line refusals with status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TINY
+from headway.cli.main import main
+from headway.tasks.solver import solve
+
+
+def run_cli(args, capsys):
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_data_retrieval_writes_resolvable_jsonl(tmp_path, capsys):
+    out = tmp_path / "data.jsonl"
+    code, _, _ = run_cli(["data", "retrieval", "--hops", "3", "--chains", "2", "--vocab", "20", "-n", "50",
+                          "--seed", "4", "--out", str(out)], capsys)
+    assert code == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 50
+    for r in records:
+        assert solve(r["statements"], r["query"], r["hops"]) == r["chain"]
+        assert r["chain"][-1] == r["answer"] and r["hops"] == 3
+
+
+def test_data_retrieval_conditional_to_stdout(capsys):
+    code, out, _ = run_cli(["data", "retrieval", "--conditional", "--hops", "2", "--chains", "2",
+                            "--vocab", "30", "-n", "5"], capsys)
+    assert code == 0
+    for line in out.splitlines():
+        r = json.loads(line)
+        classes = {int(k): v for k, v in r["classes"].items()}
+        rules = {int(k): v for k, v in r["rules"].items()}
+        assert solve(r["statements"], r["query"], r["hops"], classes, rules)[-1] == r["answer"]
+        assert all(len(s) == 3 for s in r["statements"])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--hops", "0"], "hops"),
+    (["--chains", "5", "--hops", "4", "--vocab", "20"], "vocab"),
+    (["--layout", "diagonal"], "diagonal"),
+    (["--curriculum", "sometimes"], "sometimes"),
+    (["--hops", "two"], "two"),
+    (["-n", "0"], "0"),
+])
+def test_bad_data_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, args, fragment):
+    out = tmp_path / "never.jsonl"
+    code, stdout, err = run_cli(["data", "retrieval", *args, "--out", str(out)], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("headway: error:") and fragment in lines[0]
+    assert "Traceback" not in err and stdout == ""
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--layers", "0"], "layers"),
+    (["--lr", "fast"], "fast"),
+    (["--attention", "sideways"], "sideways"),
+    (["--heads", "3", "--d-model", "16"], "divisible"),
+    (["--scale", "huge"], "huge"),
+])
+def test_bad_train_arguments_exit_2_and_train_nothing(tmp_path, capsys, args, fragment):
+    out = tmp_path / "runs"
+    code, _, err = run_cli(["train", "--out", str(out), "--scale", "cpu", *args], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], err
+    assert not out.exists()
+
+
+def test_train_grid_then_show_json(tmp_path, capsys):
+    out = tmp_path / "runs"
+    settings = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k not in ("layers", "hops")]
+    code, _, err = run_cli(["train", "--out", str(out), "--no-progress", "--layers", "1,2", "--hops", "1,2",
+                            *settings, "--seed", "0..1"], capsys)
+    assert code == 0, err
+    assert len([d for d in out.iterdir() if d.is_dir()]) == 4  # layers × hops shapes; seeds packed
+    code, stdout, _ = run_cli(["show", str(out), "--json"], capsys)
+    assert code == 0
+    runs = json.loads(stdout)
+    assert len(runs) == 8
+    for r in runs:
+        assert {"layers", "hops", "seed", "curriculum", "layout"} <= set(r["config"])
+        assert r["final"]["step"] == TINY["steps"]
+        assert 0.0 <= r["final"]["val_accuracy"] <= 1.0 and r["final"]["val_loss"] > 0
+    assert {(r["config"]["layers"], r["config"]["hops"], r["config"]["seed"]) for r in runs} == {
+        (l, h, s) for l in (1, 2) for h in (1, 2) for s in (0, 1)}
+    code, table, _ = run_cli(["show", str(out)], capsys)
+    assert code == 0 and "val_accuracy" in table and len(table.strip().splitlines()) == 9
+
+
+def test_show_missing_directory_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run_cli(["show", str(tmp_path / "nothing")], capsys)
+    assert code == 2 and "holds no runs" in err and len(err.strip().splitlines()) == 1

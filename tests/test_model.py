@@ -1,0 +1,112 @@
+"""The instance-axis transformer: names, shapes, independence of instances, hooks and cache."""
+
+import pytest
+import torch
+
+from headway.model.config import ModelConfig
+from headway.model.transformer import EnsembleTransformer
+
+CFG = ModelConfig(layers=2, heads=4, d_model=32)
+D_VOCAB, N_CTX, D_OUT = 20, 7, 10
+
+
+def make(seeds, cfg=CFG):
+    return EnsembleTransformer.from_seeds(cfg, D_VOCAB, N_CTX, D_OUT, seeds)
+
+
+def tokens(e, b=5, slots=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, D_VOCAB, (e, b, N_CTX, slots), generator=g)
+
+
+def test_parameter_names_and_shapes_follow_transformerlens_with_instance_axis():
+    model = make([0, 1, 2])
+    params = dict(model.named_parameters())
+    assert params["embed.W_E"].shape == (3, D_VOCAB, 32)
+    assert params["pos_embed.W_pos"].shape == (3, N_CTX, 32)
+    assert params["blocks.1.attn.W_Q"].shape == (3, 4, 32, 8)
+    assert params["blocks.1.attn.W_O"].shape == (3, 4, 8, 32)
+    assert params["blocks.0.mlp.W_in"].shape == (3, 32, 128)
+    assert params["blocks.0.ln1.w"].shape == (3, 32)
+    assert params["unembed.W_U"].shape == (3, 32, D_OUT)
+    assert model.flat.data.shape == (3, sum(p[0].numel() for p in params.values()))
+
+
+def test_parameters_and_gradients_live_in_the_flat_buffer():
+    model = make([0, 1])
+    model.flat.data[1].fill_(0.5)
+    assert torch.all(model.blocks[0].attn.W_K[1] == 0.5)
+    model(tokens(2)).sum().backward()
+    w_q = model.blocks[1].attn.W_Q
+    assert w_q.grad.abs().sum() > 0
+    assert model.flat.grad.abs().sum() == pytest.approx(
+        sum(p.grad.abs().sum().item() for p in model.parameters()), rel=1e-5)
+
+
+def test_instance_output_equals_a_lone_model_with_the_same_seed():
+    ensemble = make([11, 22, 33])
+    alone = make([22])
+    tok = tokens(3)
+    assert torch.allclose(ensemble(tok)[1], alone(tok[1:2])[0], atol=1e-6)
+
+
+def test_gradients_do_not_leak_between_instances():
+    model = make([0, 1, 2])
+    out = model(tokens(3))
+    out[1].sum().backward()
+    per_instance = model.flat.grad.abs().sum(dim=1)
+    assert per_instance[1] > 0 and per_instance[0] == 0 and per_instance[2] == 0
+
+
+def test_initialisation_is_reproducible_and_seed_dependent():
+    assert torch.equal(make([5]).flat.data, make([5]).flat.data)
+    assert not torch.equal(make([5]).flat.data, make([6]).flat.data)
+
+
+def test_cache_matches_forward_and_patterns_are_distributions():
+    model = make([0, 1])
+    tok = tokens(2)
+    out, cache = model.run_with_cache(tok)
+    assert torch.equal(out, model(tok))
+    assert set(cache) == set(model.hook_names())
+    pattern = cache["blocks.0.attn.hook_pattern"]
+    assert pattern.shape == (2, 5, 4, N_CTX, N_CTX)
+    assert torch.allclose(pattern.sum(-1), torch.ones(2, 5, 4, N_CTX))
+    assert torch.all(pattern.triu(diagonal=1) == 0)  # causal
+    assert cache["blocks.1.attn.hook_z"].shape == (2, 5, N_CTX, 4, 8)
+    assert cache["blocks.1.hook_resid_post"].shape == (2, 5, N_CTX, 32)
+
+
+def test_bidirectional_attention_looks_ahead():
+    model = make([0], ModelConfig(layers=1, heads=2, d_model=16, attention="bidirectional"))
+    _, cache = model.run_with_cache(tokens(1), names=["blocks.0.attn.hook_pattern"])
+    assert cache["blocks.0.attn.hook_pattern"].triu(diagonal=1).sum() > 0
+
+
+def test_hook_can_ablate_a_head_and_changes_only_that_instance():
+    model = make([0, 1])
+    tok = tokens(2)
+
+    def zero_head(z, name):
+        z = z.clone()
+        z[0, :, :, 2] = 0.0  # instance 0, head 2
+        return z
+
+    base = model(tok)
+    ablated = model(tok, hooks={"blocks.1.attn.hook_z": zero_head})
+    assert not torch.allclose(base[0], ablated[0])
+    assert torch.equal(base[1], ablated[1])
+
+
+def test_variants_attention_only_no_layernorm_single_slot_tokens():
+    cfg = ModelConfig(layers=3, heads=2, d_model=16, d_mlp=0, layernorm=False)
+    model = make([0, 1], cfg)
+    assert not any("mlp" in n or "ln" in n for n, _ in model.named_parameters())
+    out = model(tokens(2)[..., 0], readout="all")
+    assert out.shape == (2, 5, N_CTX, D_OUT)
+    assert "blocks.2.mlp.hook_post" not in model.hook_names()
+
+
+def test_unknown_hook_name_is_refused():
+    with pytest.raises(KeyError, match="hook_nope"):
+        make([0]).run_with_cache(tokens(1), names=["blocks.0.hook_nope"])

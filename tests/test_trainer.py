@@ -1,0 +1,121 @@
+"""The ensemble trainer: members train as they would alone, divergence is contained, runs resume
+exactly after a real SIGKILL, and the run store reads it all back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import TINY, tiny_run
+from headway.runs import layout
+from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.store import load_metrics, load_model, load_runs, load_summary
+from headway.train.sweep import train_runs
+from headway.train.trainer import EnsembleTrainer, checkpoint_schedule
+
+
+def final_weights(run_dir):
+    return load_tensors(layout.checkpoint_path(run_dir, checkpoint_steps(run_dir)[-1]))
+
+
+def test_ensemble_members_end_where_they_would_alone(tmp_path):
+    runs = [tiny_run(seed=s, lr=lr, weight_decay=wd, order=order)
+            for s, lr, wd, order in [(0, 1e-3, 0.1, "shuffled"), (1, 3e-3, 0.0, "chain"),
+                                     (2, 1e-3, 0.5, "shuffled"), (3, 2e-3, 0.1, "chain")]]
+    EnsembleTrainer(runs, tmp_path / "together", progress=False).fit()
+    together = final_weights(tmp_path / "together")
+    metrics = pd.read_parquet(tmp_path / "together" / layout.METRICS)
+    for e, run in enumerate(runs):
+        alone_dir = tmp_path / f"alone{e}"
+        alone_metrics = EnsembleTrainer([run], alone_dir, progress=False).fit()
+        alone = final_weights(alone_dir)
+        for name, tensor in alone.items():
+            assert torch.allclose(together[name][e], tensor[0], atol=1e-5, rtol=1e-4), name
+        mine = metrics[metrics.instance == e].reset_index(drop=True)
+        assert mine.val_loss.to_numpy() == pytest.approx(alone_metrics.val_loss.to_numpy(), rel=1e-4)
+        assert mine.val_accuracy.to_numpy() == pytest.approx(alone_metrics.val_accuracy.to_numpy(), abs=1e-9)
+    # the members really differ from each other
+    assert not torch.allclose(together["unembed.W_U"][0], together["unembed.W_U"][2])
+
+
+def test_diverging_instance_is_frozen_and_the_others_go_on(tmp_path):
+    good, bad = tiny_run(seed=0), tiny_run(seed=1, lr=1e30)
+    metrics = EnsembleTrainer([good, bad], tmp_path / "pair", progress=False).fit()
+    alone = EnsembleTrainer([good], tmp_path / "alone", progress=False).fit()
+    last = metrics[metrics.step == TINY["steps"]].set_index("instance")
+    assert bool(last.loc[1, "diverged"]) and not bool(last.loc[0, "diverged"])
+    summary = layout.read_json(tmp_path / "pair" / layout.SUMMARY)
+    assert summary["runs"][1]["final"]["diverged_step"] >= 1
+    assert summary["runs"][0]["final"]["diverged_step"] is None
+    assert last.loc[0, "val_loss"] == pytest.approx(alone.val_loss.iloc[-1], rel=1e-4)
+
+
+def test_metrics_rows_checkpoints_and_store(tmp_path):
+    runs = [tiny_run(seed=s, hops=2, vocab=12, chains=2) for s in (0, 1)] + [tiny_run(seed=0, layers=2)]
+    df = train_runs(runs, tmp_path, progress=False)
+    assert len({*df.ensemble}) == 2  # 1-layer hops-2 pair packed together, the 2-layer run alone
+    per_run = df.groupby("run_id").step.apply(list)
+    assert all(steps == [0, 20, 40, 60] for steps in per_run)
+    assert {"train_loss", "val_loss", "val_accuracy", "val_acc_hop1", "val_acc_hop2", "layers", "hops", "seed"} <= set(df)
+    pair_dir = next(d for d in tmp_path.iterdir() if d.is_dir() and len(load_runs(d)) == 2)
+    assert checkpoint_steps(pair_dir) == checkpoint_schedule(60, 30, 4)
+    model = load_model(pair_dir, instances=1, step=30)
+    assert model.n_instances == 1
+    full = load_tensors(layout.checkpoint_path(pair_dir, 30))
+    assert torch.equal(model.blocks[0].attn.W_V[0], full["blocks.0.attn.W_V"][1])
+    summary = load_summary(tmp_path)
+    assert len(summary) == 3 and all(s["complete"] and s["final"]["step"] == 60 for s in summary)
+    assert len(load_metrics(pair_dir)) == 8
+
+
+def test_checkpoint_schedule_is_regular_plus_log_spaced():
+    steps = checkpoint_schedule(10_000, 1000, 10)
+    assert steps[0] == 0 and steps[-1] == 10_000
+    assert {1, 1000, 5000} <= set(steps)
+    assert len([s for s in steps if s < 100]) >= 4  # dense early, for emergence analysis
+
+
+def _train_cmd(out):
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items() if k not in ("steps", "checkpoint_every")]
+    return [sys.executable, "-m", "headway.cli.main", "train", "--out", str(out), "--steps", "400",
+            "--checkpoint-every", "40", "--no-progress", *args]
+
+
+def test_sigkilled_run_resumes_to_identical_weights_and_metrics(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_cmd(tmp_path / "straight"), check=True, env=env, capture_output=True)
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(_train_cmd(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    reached = 0
+    while time.time() < deadline and proc.poll() is None:
+        pointers = list(killed.glob(f"*/{layout.RESUME}/{layout.LATEST}"))
+        if pointers:
+            try:
+                reached = json.loads(pointers[0].read_text())["step"]
+            except (ValueError, OSError):
+                reached = 0
+            if reached >= 120:
+                break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 120 <= reached < 400, "the run must be killed mid-way"
+    assert not list(killed.glob(f"*/{layout.SUMMARY}"))
+
+    subprocess.run(_train_cmd(killed), check=True, env=env, capture_output=True)
+    (a,), (b,) = layout.ensemble_dirs(tmp_path / "straight"), layout.ensemble_dirs(killed)
+    assert checkpoint_steps(a) == checkpoint_steps(b)
+    for step in checkpoint_steps(a):
+        wa, wb = load_tensors(layout.checkpoint_path(a, step)), load_tensors(layout.checkpoint_path(b, step))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), step
+    pd.testing.assert_frame_equal(pd.read_parquet(a / layout.METRICS), pd.read_parquet(b / layout.METRICS))
