@@ -66,7 +66,7 @@ class EnsembleTrainer:
 
     def fit(self) -> pd.DataFrame:
         """Train to the last step (resuming from the latest saved state) and return the metrics."""
-        cfg, n = self.cfg, len(self.runs)
+        cfg = self.cfg
         config = {"runs": [r.flat() for r in self.runs]}
         config_path = self.run_dir / layout.CONFIG
         if config_path.is_file():
@@ -75,23 +75,7 @@ class EnsembleTrainer:
             if (self.run_dir / layout.SUMMARY).is_file():
                 return pd.read_parquet(self.run_dir / layout.METRICS)
         layout.write_json(config_path, config)
-        data = EnsembleData(self.runs, self.device)
-        model = build_model(self.runs, self.device)
-        flat = model.flat
-        optim = EnsembleAdam(
-            flat,
-            lr=torch.tensor([r.train.lr for r in self.runs]),
-            weight_decay=torch.tensor([r.train.weight_decay for r in self.runs]),
-            decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
-            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw",
-        )
-        state = {
-            "active": torch.ones(n, dtype=torch.bool, device=self.device),
-            "diverged_step": torch.full((n,), -1, dtype=torch.long, device=self.device),
-            "loss_sum": torch.zeros(n, device=self.device),
-            "loss_count": torch.zeros((), device=self.device),
-            "grad_norm": torch.zeros(n, device=self.device),
-        }
+        data, model, optim, state = self.setup()
         rows: list[dict] = []
         start = 0
         resumed = load_resume_state(self.run_dir, self.device)
@@ -113,7 +97,7 @@ class EnsembleTrainer:
                 self._log(model, data, state, 0, rows, bar)
                 self._save(model, optim, state, 0, rows, keep)
             for step in range(start, cfg.steps):
-                self._train_step(model, data, optim, state, step)
+                self.train_step(model, data, optim, state, step)
                 done = step + 1
                 bar.update(1)
                 if done % cfg.eval_every == 0 or done == cfg.steps:
@@ -130,12 +114,35 @@ class EnsembleTrainer:
         self._write_summary(metrics, state, time.perf_counter() - started)
         return metrics
 
+    def setup(self) -> tuple[EnsembleData, EnsembleTransformer, EnsembleAdam, dict[str, torch.Tensor]]:
+        """Fresh data, model, optimiser and per-instance counters at step 0."""
+        cfg, n = self.cfg, len(self.runs)
+        data = EnsembleData(self.runs, self.device)
+        model = build_model(self.runs, self.device)
+        flat = model.flat
+        optim = EnsembleAdam(
+            flat,
+            lr=torch.tensor([r.train.lr for r in self.runs]),
+            weight_decay=torch.tensor([r.train.weight_decay for r in self.runs]),
+            decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
+            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw",
+        )
+        state = {
+            "active": torch.ones(n, dtype=torch.bool, device=self.device),
+            "diverged_step": torch.full((n,), -1, dtype=torch.long, device=self.device),
+            "loss_sum": torch.zeros(n, device=self.device),
+            "loss_count": torch.zeros((), device=self.device),
+            "grad_norm": torch.zeros(n, device=self.device),
+        }
+        return data, model, optim, state
+
     def _request_stop(self, signum, frame) -> None:
         if self._stop_requested:  # a second Ctrl-C stops at once
             raise KeyboardInterrupt
         self._stop_requested = True
 
-    def _train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: dict, step: int) -> None:
+    def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: dict, step: int) -> None:
+        """Update `step` → `step + 1` for every active instance; flags instances that diverge."""
         cfg = self.cfg
         tokens, targets = data.train_batch(step)
         model.flat.zero_grad()

@@ -1,0 +1,75 @@
+"""Training pool and validation set drawn from independent seed streams, with no example in both."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from headway.errors import ConfigError
+from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig, generate
+
+# Validation top-up rounds before concluding the task has too few distinct examples.
+_MAX_TOP_UPS = 100
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+def make_pools(
+    cfg: RetrievalConfig, train_size: int, val_size: int, seed: int
+) -> tuple[RetrievalBatch, RetrievalBatch]:
+    """Train pool and a validation set (full-depth queries) whose token rows never occur in the pool."""
+    for name, size in (("train_size", train_size), ("val_size", val_size)):
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ConfigError(f"{name} = {size!r} is invalid; use a whole number >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed = {seed!r} is invalid; use a whole number >= 0")
+    train_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
+    train = generate(cfg, int(train_size), np.random.default_rng(train_seq))
+    seen = _SeenRows(train.tokens)
+    val_rng = np.random.default_rng(val_seq)
+    kept: list[RetrievalBatch] = []
+    missing = int(val_size)
+    for _ in range(_MAX_TOP_UPS):
+        drawn = generate(cfg, max(2 * missing, 1024) if kept else missing, val_rng, mixture_hops=False)
+        fresh = drawn.subset(np.flatnonzero(~seen.contains(drawn.tokens))[:missing])
+        kept.append(fresh)
+        missing -= len(fresh)
+        if missing == 0:
+            return train, RetrievalBatch.concat(kept)
+    raise ConfigError(
+        f"found only {val_size - missing} of val_size = {val_size} validation examples outside the training pool; "
+        f"this config has too few distinct examples, use a larger vocab or a smaller train_size"
+    )
+
+
+class _SeenRows:
+    """Exact membership test for token rows: a 64-bit hash filters, byte comparison decides."""
+
+    def __init__(self, tokens: np.ndarray) -> None:
+        """Index the rows of tokens [N, ...] by hash."""
+        self._tokens = tokens
+        self._hashes = _row_hashes(tokens)
+        self._sorted = np.sort(self._hashes)
+
+    def contains(self, tokens: np.ndarray) -> np.ndarray:
+        """Boolean per row of tokens: whether an identical row was indexed."""
+        hashes = _row_hashes(tokens)
+        slot = np.minimum(np.searchsorted(self._sorted, hashes), len(self._sorted) - 1)
+        hits = np.flatnonzero(self._sorted[slot] == hashes)
+        if hits.size == 0:
+            return np.zeros(len(tokens), dtype=bool)
+        candidates = self._tokens[np.isin(self._hashes, hashes[hits])]
+        known = {row.tobytes() for row in np.unique(candidates.reshape(len(candidates), -1), axis=0)}
+        found = np.zeros(len(tokens), dtype=bool)
+        flat = tokens.reshape(len(tokens), -1)
+        found[hits] = [flat[i].tobytes() in known for i in hits]
+        return found
+
+
+def _row_hashes(tokens: np.ndarray) -> np.ndarray:
+    """FNV-1a style 64-bit hash of each row of tokens [N, ...], one vectorised pass per column."""
+    columns = tokens.reshape(len(tokens), -1)
+    hashes = np.full(len(tokens), _FNV_OFFSET, dtype=np.uint64)
+    for j in range(columns.shape[1]):
+        hashes ^= columns[:, j].astype(np.uint64)
+        hashes *= _FNV_PRIME
+    return hashes

@@ -1,0 +1,268 @@
+"""Multi-hop retrieval task: configuration, vectorised example generator and token layout.
+
+Plain variant (``conditional=False``). An example holds K chains of D hops over V abstract
+symbols. Chain c uses D+1 symbols x_0 (its value) ... x_D, and every symbol of an example is
+distinct. A link ``[x_k, x_{k-1}]`` (left, right) says "x_k = x_{k-1}"; the K*D links come in a
+uniformly random order (``order="shuffled"``) or with each chain's links in forward hop order,
+``[x_1, x_0]`` before ``[x_2, x_1]``, and the other chains' links interleaved at random
+(``order="chain"``). The query is x_D of chain 0 and the answer is its x_0 (the ``mixture``
+curriculum queries x_d, d uniform in 1..D). Base ids: symbols 0..V-1, QUERY = V;
+base_vocab = V+1.
+
+- packed: one position per link, two slots, ids offset by slot: ``[left, base_vocab + right]``,
+  then the query ``[x_query, base_vocab + QUERY]``. n_ctx = K*D + 1, d_vocab = 2*base_vocab.
+- flat: one slot per position, ``l_1 r_1 l_2 r_2 ... x_query QUERY``. n_ctx = 2*K*D + 2,
+  d_vocab = base_vocab.
+
+Conditional variant (``conditional=True``). Links carry a relation r in 0..R-1. Chain c has
+chain entities x_0..x_D and decoy entities z_1..z_D; all K*(2D+1) entities are distinct. Every
+entity has a random class in 0..C-1, and per example the rules map each class to a random
+relation. For k = 1..D, x_k has a true link ``(rules[class(x_k)], x_k, x_{k-1})`` and a decoy link
+``(r', x_k, z_k)`` with r' uniform among the other R-1 relations, so the answer x_0 is reached
+from the query by following, hop by hop, the relation the current entity's class selects.
+Statements: 2*K*D links, one class statement per entity, C rule statements, all in random order
+(``order="chain"``: each chain's true links in forward hop order among the rest), then the query.
+Base ids: entities 0..V-1, relations V..V+R-1, classes V+R..V+R+C-1, IS = V+R+C,
+RULE = V+R+C+1, QUERY = V+R+C+2; base_vocab = V+R+C+3. Every statement has three slots:
+
+- link ``(V+r, x, y)``; class statement ``(IS, x, V+R+c)``; rule ``(RULE, V+R+c, V+r)``;
+  query ``(QUERY, x_query, QUERY)``, always last.
+- packed: one position per statement, slot s offset by s*base_vocab; n_ctx = S + 1 with
+  S = 2*K*D + K*(2D+1) + C; d_vocab = 3*base_vocab.
+- flat: the three slots on consecutive positions; n_ctx = 3*(S + 1); d_vocab = base_vocab.
+
+In both variants the model reads out at the last position. Targets: ``ic`` gives the symbols
+along the queried chain hop by hop (x_{D-1}, ..., x_0); ``none`` and ``mixture`` give x_0 alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from headway.errors import ConfigError
+from headway.tasks.retrieval_arrays import encode_rows, gather
+from headway.tasks.retrieval_variants import draw_conditional, draw_plain
+
+LAYOUTS = ("packed", "flat")
+ORDERS = ("shuffled", "chain")
+CURRICULA = ("ic", "none", "mixture")
+
+_INT_FIELDS = ("vocab", "chains", "hops", "relations", "classes")
+_CHOICE_FIELDS = {"layout": LAYOUTS, "order": ORDERS, "curriculum": CURRICULA}
+# Examples drawn per vectorised step: small enough that intermediates stay in cache and their
+# buffers get reused (measured about 1.4x faster than one huge step for n = 2**18).
+_CHUNK = 8192
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """Shape of one retrieval task; validated on construction so a bad value fails early."""
+
+    vocab: int = 32
+    chains: int = 4
+    hops: int = 2
+    layout: str = "packed"
+    order: str = "shuffled"
+    curriculum: str = "ic"
+    conditional: bool = False
+    relations: int = 2
+    classes: int = 2
+
+    def __post_init__(self) -> None:
+        """Normalise numpy scalars to Python ones and validate, so stored values are plain and legal."""
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, np.integer):
+                object.__setattr__(self, name, int(value))
+        if isinstance(self.conditional, np.bool_):
+            object.__setattr__(self, "conditional", bool(self.conditional))
+        self.validate()
+
+    def validate(self) -> RetrievalConfig:
+        """Raise ConfigError naming the first invalid value and what is allowed; return self."""
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number")
+        for name, choices in _CHOICE_FIELDS.items():
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"{name} = {value!r} is unknown; choose one of {', '.join(choices)}")
+        if not isinstance(self.conditional, bool):
+            raise ConfigError(f"conditional = {self.conditional!r} is not a boolean; use true or false")
+        for name in ("chains", "hops"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} = {getattr(self, name)} is too small; use {name} >= 1")
+        if self.conditional and self.relations < 2:
+            raise ConfigError(f"relations = {self.relations} is too small; the conditional task needs relations >= 2")
+        if self.conditional and self.classes < 1:
+            raise ConfigError(f"classes = {self.classes} is too small; the conditional task needs classes >= 1")
+        if self.vocab < self.n_symbols:
+            formula = "chains*(2*hops+1)" if self.conditional else "chains*(hops+1)"
+            raise ConfigError(
+                f"{formula} = {self.n_symbols} symbols needed but vocab = {self.vocab}; use vocab >= {self.n_symbols}"
+            )
+        return self
+
+    @property
+    def n_symbols(self) -> int:
+        """Distinct symbols (entities) drawn per example."""
+        per_chain = 2 * self.hops + 1 if self.conditional else self.hops + 1
+        return self.chains * per_chain
+
+    @property
+    def n_links(self) -> int:
+        """Link statements per example (true and decoy links in the conditional variant)."""
+        return (2 if self.conditional else 1) * self.chains * self.hops
+
+    @property
+    def n_statements(self) -> int:
+        """Statements per example, excluding the query."""
+        if self.conditional:
+            return self.n_links + self.n_symbols + self.classes
+        return self.n_links
+
+    @property
+    def statement_width(self) -> int:
+        """Slots of one statement: 2 (left, right) or 3 (with the relation/marker slot)."""
+        return 3 if self.conditional else 2
+
+    @property
+    def n_slots(self) -> int:
+        """Token slots per position: a whole statement when packed, one slot when flat."""
+        return self.statement_width if self.layout == "packed" else 1
+
+    @property
+    def base_vocab(self) -> int:
+        """Ids per slot: symbols plus the marker tokens of the variant."""
+        if self.conditional:
+            return self.vocab + self.relations + self.classes + 3
+        return self.vocab + 1
+
+    @property
+    def d_vocab(self) -> int:
+        """Distinct token ids the model embeds (packed gives each slot its own id range)."""
+        return self.n_slots * self.base_vocab
+
+    @property
+    def n_ctx(self) -> int:
+        """Sequence length in positions (statements plus the query)."""
+        positions = self.n_statements + 1
+        return positions if self.layout == "packed" else positions * self.statement_width
+
+    @property
+    def n_targets(self) -> int:
+        """Target symbols per example: every hop for the implicit curriculum, else the answer."""
+        return self.hops if self.curriculum == "ic" else 1
+
+    @property
+    def d_out(self) -> int:
+        """Readout width: one block of vocab outputs per target symbol."""
+        return self.n_targets * self.vocab
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of the fields, for JSON run records."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RetrievalConfig:
+        """Build from a dict as written by to_dict; unknown keys are refused, missing ones default."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"retrieval config must be a mapping, got {type(d).__name__}")
+        allowed = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(allowed))
+        if unknown:
+            raise ConfigError(f"unknown retrieval config key(s) {unknown}; allowed: {', '.join(allowed)}")
+        return cls(**d)
+
+
+@dataclass
+class RetrievalBatch:
+    """N examples: the model's tokens and targets plus the structured view an independent solver reads."""
+
+    tokens: np.ndarray
+    targets: np.ndarray
+    query_hops: np.ndarray
+    statements: np.ndarray
+    query: np.ndarray
+    chain: np.ndarray
+    answer: np.ndarray
+    classes: np.ndarray | None = None
+    rules: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        """Number of examples."""
+        return len(self.tokens)
+
+    @classmethod
+    def concat(cls, batches: list[RetrievalBatch]) -> RetrievalBatch:
+        """One batch holding the examples of `batches` in order."""
+        arrays = {}
+        for f in dataclasses.fields(cls):
+            parts = [getattr(b, f.name) for b in batches]
+            arrays[f.name] = None if parts[0] is None else np.concatenate(parts)
+        return cls(**arrays)
+
+    def subset(self, idx: np.ndarray | slice | list[int]) -> RetrievalBatch:
+        """Examples selected by idx (fancy index, mask or slice), applied to every array."""
+        return RetrievalBatch(
+            **{f.name: None if (a := getattr(self, f.name)) is None else a[idx] for f in dataclasses.fields(self)}
+        )
+
+
+def generate(
+    cfg: RetrievalConfig, n: int, rng: np.random.Generator | int, *, mixture_hops: bool | None = None
+) -> RetrievalBatch:
+    """Draw n independent examples of cfg with explicit randomness (a Generator or an int seed)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+        raise ConfigError(f"n = {n!r} examples requested; use a whole number n >= 1")
+    if mixture_hops is None:
+        mixture_hops = cfg.curriculum == "mixture"
+    if mixture_hops and cfg.curriculum == "ic":
+        raise ConfigError(
+            "mixture_hops = True with curriculum = 'ic' leaves later hop targets undefined; "
+            "use curriculum 'none' or 'mixture'"
+        )
+    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    return _draw_chunked(cfg, int(n), rng, mixture_hops)
+
+
+def _draw_chunked(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> RetrievalBatch:
+    """n examples drawn _CHUNK at a time into arrays allocated once (cache-friendly, one output copy)."""
+    chunk = _draw_batch(cfg, min(_CHUNK, n), rng, mixture)
+    if n <= _CHUNK:
+        return chunk
+    out = {
+        f.name: None if (a := getattr(chunk, f.name)) is None else np.empty((n, *a.shape[1:]), a.dtype)
+        for f in dataclasses.fields(RetrievalBatch)
+    }
+    for start in range(0, n, _CHUNK):
+        if start:
+            chunk = _draw_batch(cfg, min(_CHUNK, n - start), rng, mixture)
+        for name, array in out.items():
+            if array is not None:
+                array[start : start + len(chunk)] = getattr(chunk, name)
+    return RetrievalBatch(**out)
+
+
+def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> RetrievalBatch:
+    """One vectorised step: draw the variant's arrays, encode tokens and attach the targets."""
+    drawn = draw_conditional(cfg, n, rng, mixture) if cfg.conditional else draw_plain(cfg, n, rng, mixture)
+    chain = drawn.chain
+    answer = gather(chain, drawn.depth[:, None])[:, 0]
+    targets = chain[:, 1:] if cfg.curriculum == "ic" else answer[:, None]
+    return RetrievalBatch(
+        tokens=encode_rows(drawn.rows, cfg.layout == "packed", cfg.base_vocab),
+        targets=targets.astype(np.int64),
+        query_hops=drawn.depth.astype(np.int64),
+        statements=drawn.statements.astype(np.int64),
+        query=chain[:, 0].astype(np.int64),
+        chain=chain.astype(np.int64),
+        answer=answer.astype(np.int64),
+        classes=None if drawn.classes is None else drawn.classes.astype(np.int64),
+        rules=None if drawn.rules is None else drawn.rules.astype(np.int64),
+    )
