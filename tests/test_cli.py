@@ -99,3 +99,40 @@ def test_train_grid_then_show_json(tmp_path, capsys):
 def test_show_missing_directory_is_a_one_line_error(tmp_path, capsys):
     code, _, err = run_cli(["show", str(tmp_path / "nothing")], capsys)
     assert code == 2 and "holds no runs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_rerun_with_an_extra_seed_trains_only_the_new_run(tmp_path, capsys):
+    out = tmp_path / "runs"
+    settings = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
+    assert run_cli(["train", "--out", str(out), "--no-progress", *settings, "--seed", "0,1"], capsys)[0] == 0
+    (first,) = [d for d in out.iterdir() if d.is_dir()]
+    stamp = (first / "summary.json").stat().st_mtime_ns
+    code, _, err = run_cli(["train", "--out", str(out), "--no-progress", "--seed", "2,1,0", *settings], capsys)
+    assert code == 0, err
+    dirs = [d for d in out.iterdir() if d.is_dir()]
+    assert len(dirs) == 2 and (first / "summary.json").stat().st_mtime_ns == stamp
+    runs = json.loads(run_cli(["show", str(out), "--json"], capsys)[1])
+    assert sorted(r["config"]["seed"] for r in runs) == [0, 1, 2]
+
+
+def test_show_json_on_an_unfinished_run(tmp_path, capsys):
+    out = tmp_path / "runs"
+    settings = [f"--{k.replace('_', '-')}={v}" for k, v in TINY.items()]
+    assert run_cli(["train", "--out", str(out), "--no-progress", *settings], capsys)[0] == 0
+    (run_dir,) = [d for d in out.iterdir() if d.is_dir()]
+    (run_dir / "summary.json").unlink()
+    code, stdout, err = run_cli(["show", str(out), "--json"], capsys)
+    assert code == 0, err
+    (run,) = json.loads(stdout)
+    assert run["complete"] is False and run["final"]["step"] == TINY["steps"]
+
+
+@pytest.mark.parametrize("device, fragment", [("gpu7", "gpu7"), ("cuda", "no CUDA GPU")])
+def test_unusable_device_is_a_one_line_error(tmp_path, capsys, device, fragment):
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    code, _, err = run_cli(["train", "--out", str(tmp_path / "r"), "--scale", "cpu", "--device", device], capsys)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -110,3 +110,11 @@ def test_variants_attention_only_no_layernorm_single_slot_tokens():
 def test_unknown_hook_name_is_refused():
     with pytest.raises(KeyError, match="hook_nope"):
         make([0]).run_with_cache(tokens(1), names=["blocks.0.hook_nope"])
+
+
+def test_mlp_hook_has_position_axis_and_misspelled_hooks_are_refused():
+    model = make([0, 1])
+    _, cache = model.run_with_cache(tokens(2), names=["blocks.0.mlp.hook_post"])
+    assert cache["blocks.0.mlp.hook_post"].shape == (2, 5, N_CTX, 128)
+    with pytest.raises(KeyError, match="hook_patern"):
+        model(tokens(2), hooks={"blocks.0.attn.hook_patern": lambda t, n: None})

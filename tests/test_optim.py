@@ -67,3 +67,14 @@ def test_schedules():
     assert lr_multiplier("cosine", 500, 1001) == pytest.approx(0.5)
     assert lr_multiplier("cosine", 1000, 1001) == pytest.approx(0.0)
     assert lr_multiplier("constant", 4, 100, warmup_steps=10) == pytest.approx(0.5)
+
+
+def test_train_config_refusals_and_number_normalisation():
+    from headway.errors import ConfigError
+    from headway.runs.config import RunConfig
+
+    assert RunConfig.from_flat({"weight_decay": 0}).run_id == RunConfig.from_flat({"weight_decay": 0.0}).run_id
+    for bad in ({"final_lr_fraction": 1.5}, {"beta1": 1.0}, {"log_checkpoints": True}, {"lr": 0},
+                {"schedule": "step"}, {"steps": 0}, {"momentum": 0.9}):
+        with pytest.raises(ConfigError, match=str(next(iter(bad)))):
+            RunConfig.from_flat(bad)

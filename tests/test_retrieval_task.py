@@ -286,3 +286,14 @@ def test_other_refusals() -> None:
         make_pools(RetrievalConfig(), 10, 10, seed=-5)
     with pytest.raises(ConfigError, match="depth"):
         RetrievalConfig.from_dict({"depth": 3})
+
+
+@pytest.mark.parametrize("classes, relations", [(2, 2), (3, 2), (2, 3)])
+def test_conditional_rules_make_the_class_matter(classes, relations):
+    cfg = RetrievalConfig(vocab=40, chains=2, hops=2, conditional=True, classes=classes, relations=relations)
+    rules = generate(cfg, 2000, 3).rules
+    if classes >= relations:  # every relation is selected by some class
+        assert all(set(row) == set(range(relations)) for row in rules.tolist())
+    else:  # no two classes select the same relation
+        assert all(len(set(row)) == classes for row in rules.tolist())
+    assert len({tuple(row) for row in rules.tolist()}) > 1  # still random per example

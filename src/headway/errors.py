@@ -3,3 +3,11 @@
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the value and what is allowed."""
+
+
+class Interrupted(Exception):
+    """Training stopped on request (Ctrl-C); the state at `step` is saved and can be resumed."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"interrupted at step {step}; run the same command again to resume")
+        self.step = step

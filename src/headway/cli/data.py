@@ -44,6 +44,9 @@ def retrieval(hops: int, chains: int, vocab: int, layout: str, order: str, curri
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    write_jsonl(tmp, cfg, batch)
-    os.replace(tmp, out)
+    try:
+        write_jsonl(tmp, cfg, batch)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     click.echo(f"wrote {count} examples to {out}", err=True)

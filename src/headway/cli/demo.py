@@ -15,8 +15,10 @@ from headway.cli.options import parse_values
 @click.option("--layers", default="1,2", show_default=True, help="Layer counts to train.")
 @click.option("--hops", default="1,2", show_default=True, help="Hop counts D to train on.")
 @click.option("--seeds", default="0,1", show_default=True, help="Seeds per cell.")
+@click.option("--vocab", type=int, default=None, help="Symbols V (CPU scale: 16; need V >= K·(D+1)).")
+@click.option("--chains", type=int, default=None, help="Chains K (CPU scale: 4).")
 @click.option("--device", default="auto", show_default=True)
-def demo(out: Path, layers: str, hops: str, seeds: str, device: str) -> None:
+def demo(out: Path, layers: str, hops: str, seeds: str, vocab: int | None, chains: int | None, device: str) -> None:
     """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law."""
     from headway.plots.depth import plot_depth
     from headway.presets import scale_settings
@@ -26,7 +28,9 @@ def demo(out: Path, layers: str, hops: str, seeds: str, device: str) -> None:
 
     axes = {"layers": parse_values("layers", layers, int), "hops": parse_values("hops", hops, int),
             "seed": parse_values("seeds", seeds, int)}
-    runs = expand_grid(scale_settings("cpu"), axes)
+    base = scale_settings("cpu")
+    base.update({k: v for k, v in (("vocab", vocab), ("chains", chains)) if v is not None})
+    runs = expand_grid(base, axes)
     click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
                f"seeds {axes['seed']}) into {out}", err=True)
     metrics = train_runs(runs, out, device=device)

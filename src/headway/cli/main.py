@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from headway.errors import ConfigError
+from headway.errors import ConfigError, Interrupted
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,8 +29,6 @@ _register()
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map user errors to one line on stderr and exit status 2."""
-    from headway.train.trainer import Interrupted
-
     try:
         cli.main(args=argv, prog_name="headway", standalone_mode=False)
     except click.exceptions.Exit as done:

@@ -23,6 +23,11 @@ def show(path: Path, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(runs, indent=2))
         return
+    click.echo(summary_table(runs))
+
+
+def summary_table(runs: list[dict]) -> str:
+    """A text table: the key config columns, any other column that varies, and the final metrics."""
     configs = pd.DataFrame([r["config"] for r in runs])
     varying = [c for c in configs.columns if c not in KEY_CONFIG and configs[c].astype(str).nunique() > 1]
     table = configs[[c for c in KEY_CONFIG if c in configs] + varying].copy()
@@ -33,4 +38,4 @@ def show(path: Path, as_json: bool) -> None:
     table.insert(0, "ensemble", [r["ensemble"] for r in runs])
     table["complete"] = [r["complete"] for r in runs]
     with pd.option_context("display.width", 200, "display.max_columns", 50):
-        click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")

@@ -33,12 +33,15 @@ def train(out: Path, scale: str, device: str, progress: bool, **settings: str | 
 
     Example: headway train --scale cpu --layers 1,2 --hops 1,2 --seed 0..3 --out runs/depth
     """
+    from headway.cli.show import summary_table
     from headway.runs.config import expand_grid
-    from headway.train.sweep import train_runs
+    from headway.runs.store import load_summary
+    from headway.train.sweep import resolve_device, train_runs
 
+    resolve_device(device)
     base = scale_settings(scale)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)
     train_runs(runs, out, device=device, progress=progress)
-    click.echo(f"done; see: headway show {out}", err=True)
+    click.echo(summary_table(load_summary(out)))

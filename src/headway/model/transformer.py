@@ -116,8 +116,8 @@ class MLP(nn.Module):
     def forward(self, x: Tensor, run: _Run) -> Tensor:
         e, b, s, d = x.shape
         pre = torch.baddbmm(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
-        post = run(f"{self.name}.hook_post", F.gelu(pre))
-        out = torch.baddbmm(self.b_out.unsqueeze(1), post, self.W_out)
+        post = run(f"{self.name}.hook_post", F.gelu(pre).view(e, b, s, -1))
+        out = torch.baddbmm(self.b_out.unsqueeze(1), post.reshape(e, b * s, -1), self.W_out)
         return out.view(e, b, s, d)
 
 
@@ -170,6 +170,7 @@ class EnsembleTransformer(nn.Module):
             self.unembed.W_U = _param(n, d, d_out)
             self.unembed.b_U = _param(n, d_out)
         self.flat = FlatParameters(self, n_instances)
+        self._hook_names = frozenset(self.hook_names())
 
     @classmethod
     def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
@@ -200,6 +201,10 @@ class EnsembleTransformer(nn.Module):
 
     def forward(self, tokens: Tensor, *, hooks: Mapping[str, Hook] | None = None,
                 readout: str = "last") -> Tensor:
+        if hooks:
+            unknown = sorted(set(hooks) - self._hook_names)
+            if unknown:
+                raise KeyError(f"unknown hook names {unknown}; see EnsembleTransformer.hook_names()")
         run = _Run(hooks)
         e, b, s = tokens.shape[:3]
         if e != self.n_instances:
@@ -232,9 +237,6 @@ class EnsembleTransformer(nn.Module):
             cache[name] = tensor.detach()
 
         wanted = self.hook_names() if names is None else list(names)
-        unknown = sorted(set(wanted) - set(self.hook_names()))
-        if unknown:
-            raise KeyError(f"unknown hook names {unknown}; see EnsembleTransformer.hook_names()")
         out = self.forward(tokens, hooks={name: store for name in wanted}, readout=readout)
         return out, cache
 

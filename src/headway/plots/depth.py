@@ -25,7 +25,7 @@ def plot_depth(table: pd.DataFrame, path: Path | str, title: str = "Retrieval: a
         i, j = layers.index(row.layers), hops.index(row.hops)
         grid[i, j] = row.accuracy
         spread[i, j] = row.accuracy_max - row.accuracy_min
-    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(hops), 1.2 + 0.9 * len(layers)))
+    fig, ax = plt.subplots(figsize=(2.4 + 1.1 * len(hops), 2.0 + 0.9 * len(layers)))
     image = ax.imshow(grid, origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(layers)):
         for j in range(len(hops)):
@@ -46,8 +46,8 @@ def plot_depth(table: pd.DataFrame, path: Path | str, title: str = "Retrieval: a
     ax.set_ylabel("layers")
     chance_v, chance_k = table.chance_vocab.iloc[0], table.chance_roots.iloc[0]
     ax.set_title(f"{title}\nchance 1/V = {chance_v:.2f}, root guess 1/K = {chance_k:.2f}", fontsize=9)
-    ax.legend(loc="upper left", fontsize=7, framealpha=0.8)
-    fig.colorbar(image, ax=ax, label="final-hop accuracy (mean over seeds; ± half range)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize=8, frameon=False)
+    fig.colorbar(image, ax=ax, label="final-hop accuracy\n(mean over seeds ± half range)")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -82,9 +82,6 @@ class RunConfig:
             "train": {k: v for k, v in self.train.to_dict().items() if k not in PER_INSTANCE},
         }
 
-    def ensemble_name(self) -> str:
-        """Directory name of the ensemble this run belongs to."""
-        return f"L{self.model.layers}-S{self.task.n_ctx}-{_digest(self.ensemble_key())[:8]}"
 
 
 def _digest(data: dict[str, Any]) -> str:
@@ -92,14 +89,21 @@ def _digest(data: dict[str, Any]) -> str:
 
 
 def group_runs(runs: list[RunConfig]) -> dict[str, list[RunConfig]]:
-    """Pack runs into ensembles by shape, keeping the given order within each."""
-    groups: dict[str, list[RunConfig]] = {}
+    """Pack runs into ensembles by shape. Members are ordered by (seed, data_seed, lr, weight_decay)
+    and the directory name hashes the shape and the member runs, so the same set of runs always
+    gives the same ensemble, whatever order the grid listed them in."""
+    ids = [run.run_id for run in runs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("the grid repeats a run; every run must differ in some setting (e.g. seed)")
+    by_shape: dict[str, list[RunConfig]] = {}
     for run in runs:
-        groups.setdefault(run.ensemble_name(), []).append(run)
-    for name, members in groups.items():
-        ids = [m.run_id for m in members]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"the grid repeats a run in ensemble {name}; every run must differ (e.g. in seed)")
+        by_shape.setdefault(_digest(run.ensemble_key()), []).append(run)
+    groups = {}
+    for members in by_shape.values():
+        members.sort(key=lambda r: (r.seed, r.data_seed, r.train.lr, r.train.weight_decay, r.run_id))
+        first = members[0]
+        digest = _digest({"shape": first.ensemble_key(), "runs": [m.run_id for m in members]})
+        groups[f"L{first.model.layers}-S{first.task.n_ctx}-{digest[:8]}"] = members
     return groups
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -69,8 +70,14 @@ def _last_rows(run_dir: Path, n: int) -> list[dict]:
         return [{} for _ in range(n)]
     metrics = pd.read_parquet(metrics_file)
     last = metrics[metrics.step == metrics.step.max()].set_index("instance")
-    return [{k: (None if pd.isna(v) else v) for k, v in last.loc[e].items() if k != "run_id"}
+    return [{k: plain_value(v) for k, v in last.loc[e].items() if k != "run_id"}
             if e in last.index else {} for e in range(n)]
+
+
+def plain_value(value):
+    """A numpy scalar as the Python value JSON expects; NaN as None."""
+    value = value.item() if hasattr(value, "item") else value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None, step: int | None = None,

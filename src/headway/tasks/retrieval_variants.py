@@ -47,13 +47,22 @@ def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: 
     return Drawn(np.concatenate([statements, query_row[:, None, :]], axis=1), statements, chain, depth)
 
 
+def draw_rules(rng: np.random.Generator, n: int, classes: int, relations: int) -> np.ndarray:
+    """Relation selected by each class, [n, classes], such that the classes disagree as much as they
+    can: every relation is used when classes >= relations, no two classes share one otherwise.
+    (Independent draws would often map all classes to one relation, making the class irrelevant.)"""
+    if classes >= relations:
+        return (np.arange(classes) % relations)[random_prefixes(rng, n, classes, classes)].astype(np.int64)
+    return random_prefixes(rng, n, relations, classes).astype(np.int64)
+
+
 def draw_conditional(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> Drawn:
     """Conditional variant: true and decoy links, class and rule statements in random order, then the query."""
     k, d, n_rel = cfg.chains, cfg.hops, cfg.relations
     entities = random_prefixes(rng, n, cfg.vocab, cfg.n_symbols).reshape(n, k, 2 * d + 1)
     chain_symbols, decoys = entities[:, :, : d + 1], entities[:, :, d + 1 :]
     entity_class = rng.integers(0, cfg.classes, size=(n, k, 2 * d + 1))
-    rules = rng.integers(0, n_rel, size=(n, cfg.classes))
+    rules = draw_rules(rng, n, cfg.classes, n_rel)
     true_rel = gather(rules, entity_class[:, :, 1 : d + 1])
     decoy_rel = (true_rel + rng.integers(1, n_rel, size=(n, k, d))) % n_rel
     true_links = np.stack([true_rel, chain_symbols[:, :, 1:], chain_symbols[:, :, :-1]], axis=-1)

@@ -37,6 +37,10 @@ class TrainConfig:
     log_checkpoints: int = 20  # extra checkpoints spaced logarithmically in steps
 
     def __post_init__(self) -> None:
+        for f in fields(self):  # 0 and 0.0 are one setting: store floats as floats (stable run ids)
+            value = getattr(self, f.name)
+            if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
         positive = ("steps", "batch_size", "train_size", "val_size", "eval_every", "checkpoint_every")
         for name in positive:
             value = getattr(self, name)
@@ -44,16 +48,18 @@ class TrainConfig:
                 raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 1")
         for name in ("warmup_steps", "log_checkpoints"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 0")
         if not self.lr > 0:
             raise ConfigError(f"lr = {self.lr!r} is invalid; use a number > 0")
         for name in ("weight_decay", "grad_clip", "eps"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid; use a number >= 0")
-        for name in ("beta1", "beta2", "final_lr_fraction"):
-            if not 0 <= getattr(self, name) < 1 + (name == "final_lr_fraction"):
-                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid; use a number in [0, 1]")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid; use a number in [0, 1)")
+        if not 0 <= self.final_lr_fraction <= 1:
+            raise ConfigError(f"final_lr_fraction = {self.final_lr_fraction!r} is invalid; use a number in [0, 1]")
         for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("loss", LOSSES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}")

@@ -12,11 +12,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from headway.errors import ConfigError
+from headway.errors import ConfigError, Interrupted
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
 from headway.runs.config import RunConfig
+from headway.runs.store import plain_value
 from headway.train.data import EnsembleData
 from headway.train.objective import evaluate, readout_loss
 from headway.train.optim import EnsembleAdam
@@ -35,14 +36,6 @@ def build_model(runs: list[RunConfig], device: torch.device | str) -> EnsembleTr
     task = runs[0].task
     return EnsembleTransformer.from_seeds(runs[0].model, task.d_vocab, task.n_ctx, task.d_out,
                                           [run.seed for run in runs], device)
-
-
-class Interrupted(Exception):
-    """Training stopped on request (Ctrl-C); the state at `step` is saved and can be resumed."""
-
-    def __init__(self, step: int) -> None:
-        super().__init__(f"interrupted at step {step}; run the same command again to resume")
-        self.step = step
 
 
 class EnsembleTrainer:
@@ -202,18 +195,12 @@ class EnsembleTrainer:
         diverged = state["diverged_step"].tolist()
         runs = []
         for e, run in enumerate(self.runs):
-            final = {k: _plain(v) for k, v in last.loc[e].items() if k != "run_id"}
+            final = {k: plain_value(v) for k, v in last.loc[e].items() if k != "run_id"}
             final["diverged_step"] = diverged[e] if diverged[e] >= 0 else None
             runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
             "device": str(self.device), "seconds_this_session": round(seconds, 2), "runs": runs})
-
-
-def _plain(value):
-    """numpy scalars to Python values; NaN to None so the JSON stays standard."""
-    value = value.item() if hasattr(value, "item") else value
-    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _main_thread() -> bool:

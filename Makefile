@@ -1,0 +1,25 @@
+# Two entry points, both safe to re-run: `make demo` (the main job at CPU scale) and `make test`.
+PYTHON ?= python3
+# The CPU build on this project's machines; on a GPU machine set TORCH_SPEC to the build you want.
+TORCH_SPEC ?= torch==2.13.0
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/headway demo --out runs/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_training.py
+	$(BIN)/python benchmarks/bench_datagen.py
