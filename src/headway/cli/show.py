@@ -6,9 +6,6 @@ import json
 from pathlib import Path
 
 import click
-import pandas as pd
-
-from headway.runs.store import load_summary
 
 KEY_CONFIG = ("layers", "hops", "seed", "curriculum", "layout")
 KEY_FINAL = ("step", "val_loss", "val_accuracy", "train_loss")
@@ -19,6 +16,8 @@ KEY_FINAL = ("step", "val_loss", "val_accuracy", "train_loss")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {config, final} objects.")
 def show(path: Path, as_json: bool) -> None:
     """Print every run found in PATH (a run or sweep directory)."""
+    from headway.runs.store import load_summary
+
     runs = load_summary(path)
     if as_json:
         click.echo(json.dumps(runs, indent=2))
@@ -28,6 +27,8 @@ def show(path: Path, as_json: bool) -> None:
 
 def summary_table(runs: list[dict]) -> str:
     """A text table: the key config columns, any other column that varies, and the final metrics."""
+    import pandas as pd
+
     configs = pd.DataFrame([r["config"] for r in runs])
     varying = [c for c in configs.columns if c not in KEY_CONFIG and configs[c].astype(str).nunique() > 1]
     table = configs[[c for c in KEY_CONFIG if c in configs] + varying].copy()

@@ -16,9 +16,10 @@ base_vocab = V+1.
 
 Conditional variant (``conditional=True``). Links carry a relation r in 0..R-1. Chain c has
 chain entities x_0..x_D and decoy entities z_1..z_D; all K*(2D+1) entities are distinct. Every
-entity has a random class in 0..C-1, and per example the rules map each class to a random
-relation. For k = 1..D, x_k has a true link ``(rules[class(x_k)], x_k, x_{k-1})`` and a decoy link
-``(r', x_k, z_k)`` with r' uniform among the other R-1 relations, so the answer x_0 is reached
+entity has a random class in 0..C-1, and per example the rules map each class to a relation,
+drawn so that the classes disagree as much as they can (every relation used when C >= R, no
+relation shared when C < R; see ``draw_rules``). For k = 1..D, x_k has a true link
+``(rules[class(x_k)], x_k, x_{k-1})`` and a decoy link ``(r', x_k, z_k)`` with r' uniform among the other R-1 relations, so the answer x_0 is reached
 from the query by following, hop by hop, the relation the current entity's class selects.
 Statements: 2*K*D links, one class statement per entity, C rule statements, all in random order
 (``order="chain"``: each chain's true links in forward hop order among the rest), then the query.

@@ -24,6 +24,9 @@ def resolve_device(device: str) -> torch.device:
         raise ConfigError(f"device = {device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device = {device!r} but no CUDA GPU is available here; use auto or cpu")
+    if target.type == "cuda" and (target.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"device = {device!r} but this machine has {torch.cuda.device_count()} GPU(s); "
+                          f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}")
     if target.type not in ("cpu", "cuda"):
         raise ConfigError(f"device = {device!r} is not supported; use auto, cpu, cuda or cuda:N")
     return target
