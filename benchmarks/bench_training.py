@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import statistics
 import time
 
 import torch
@@ -74,14 +75,20 @@ def step_flops(trainer, parts) -> int:
     return counter.get_total_flops()
 
 
-def bench_shape(name: str, device: torch.device, steps: int, peak: float) -> dict:
+def bench_shape(name: str, device: torch.device, steps: int, rounds: int, peak: float) -> dict:
+    """Median over `rounds` alternating rounds of the ensemble and the sequential loop (the machine
+    is shared and noisy, so both ways see the same conditions)."""
     settings = SHAPES[name]
     seeds = list(range(ENSEMBLE))
     ensemble = trainer_for(settings, seeds, device, "/tmp/headway-bench")
     singles = [trainer_for(settings, [s], device, "/tmp/headway-bench") for s in seeds]
     flops = step_flops(*ensemble)
-    ensemble_s = time_steps(*ensemble, steps, device)
-    sequential_s = sum(time_steps(*single, steps, device) for single in singles)
+    ensemble_times, sequential_times = [], []
+    for r in range(rounds):
+        first = 1 + r * (steps + 2)
+        ensemble_times.append(time_steps(*ensemble, steps, device, first))
+        sequential_times.append(sum(time_steps(*single, steps, device, first) for single in singles))
+    ensemble_s, sequential_s = statistics.median(ensemble_times), statistics.median(sequential_times)
     return {"shape": name, "ensemble_steps_per_s": steps / ensemble_s,
             "sequential_steps_per_s": steps / sequential_s, "speedup": sequential_s / ensemble_s,
             "flops_per_s": flops * steps / ensemble_s, "fraction_of_peak": flops * steps / ensemble_s / peak}
@@ -90,19 +97,21 @@ def bench_shape(name: str, device: torch.device, steps: int, peak: float) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is reported")
     parser.add_argument("--shapes", default="paper,cpu")
     args = parser.parse_args()
     device = torch.device(args.device)
     peak = matmul_peak(device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
         f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    print(f"device: {device} ({where}); torch {torch.__version__}; float32 matmul peak {peak / 1e9:.1f} GFLOP/s")
+    print(f"device: {device} ({where}); torch {torch.__version__}; float32 matmul peak {peak / 1e9:.1f} GFLOP/s; "
+          f"median of {args.rounds} rounds of {args.steps} steps")
     print(f"| shape | ensemble of {ENSEMBLE} (steps/s) | {ENSEMBLE} one after another (steps/s) | ratio | "
           "ensemble GFLOP/s | fraction of matmul peak |")
     print("|---|---|---|---|---|---|")
     for name in args.shapes.split(","):
-        r = bench_shape(name, device, args.steps, peak)
+        r = bench_shape(name, device, args.steps, args.rounds, peak)
         print(f"| {name} | {r['ensemble_steps_per_s']:.2f} | {r['sequential_steps_per_s']:.2f} | "
               f"{r['speedup']:.2f}× | {r['flops_per_s'] / 1e9:.1f} | {r['fraction_of_peak']:.0%} |", flush=True)
 

@@ -19,6 +19,7 @@ from headway.runs.checkpoints import load_resume_state, save_resume_state, save_
 from headway.runs.config import RunConfig
 from headway.runs.store import plain_value
 from headway.train.data import EnsembleData
+from headway.train.memory import keep_freed_memory
 from headway.train.objective import evaluate, readout_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
@@ -51,6 +52,8 @@ class EnsembleTrainer:
         self.runs = runs
         self.run_dir = Path(run_dir)
         self.device = torch.device(device)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self.progress = progress
         self.cfg = runs[0].train
         self.vocab = runs[0].task.vocab
