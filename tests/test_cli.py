@@ -91,7 +91,7 @@ def test_train_grid_then_show_json(tmp_path, capsys):
         assert r["final"]["step"] == TINY["steps"]
         assert 0.0 <= r["final"]["val_accuracy"] <= 1.0 and r["final"]["val_loss"] > 0
     assert {(r["config"]["layers"], r["config"]["hops"], r["config"]["seed"]) for r in runs} == {
-        (l, h, s) for l in (1, 2) for h in (1, 2) for s in (0, 1)}
+        (layers, hops, seed) for layers in (1, 2) for hops in (1, 2) for seed in (0, 1)}
     code, table, _ = run_cli(["show", str(out)], capsys)
     assert code == 0 and "val_accuracy" in table and len(table.strip().splitlines()) == 9
 

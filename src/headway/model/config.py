@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 from headway.errors import ConfigError
+from headway.settings import Settings, check_bool, check_choice, check_int
 
 ATTENTION_KINDS = ("causal", "bidirectional")
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(Settings):
     """GPT-2-style decoder shape; `d_mlp=0` makes it attention-only."""
 
     layers: int = 2
@@ -23,21 +23,20 @@ class ModelConfig:
     attention: str = "causal"
 
     def __post_init__(self) -> None:
-        for name in ("layers", "heads", "d_model"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 1")
-        if self.d_head is not None and (not isinstance(self.d_head, int) or self.d_head < 1):
-            raise ConfigError(f"d_head = {self.d_head!r} is invalid; use an integer >= 1")
+        self.normalise(
+            layers=check_int("layers", self.layers, 1),
+            heads=check_int("heads", self.heads, 1),
+            d_model=check_int("d_model", self.d_model, 1),
+            d_head=None if self.d_head is None else check_int("d_head", self.d_head, 1),
+            d_mlp=None if self.d_mlp is None else check_int("d_mlp", self.d_mlp, 0),
+            layernorm=check_bool("layernorm", self.layernorm),
+            attention=check_choice("attention", self.attention, ATTENTION_KINDS),
+        )
         if self.d_head is None and self.d_model % self.heads:
             raise ConfigError(
                 f"d_model = {self.d_model} is not divisible by heads = {self.heads}; "
                 "choose heads dividing d_model or set d_head"
             )
-        if self.d_mlp is not None and (not isinstance(self.d_mlp, int) or self.d_mlp < 0):
-            raise ConfigError(f"d_mlp = {self.d_mlp!r} is invalid; use an integer >= 0 (0 = attention-only)")
-        if self.attention not in ATTENTION_KINDS:
-            raise ConfigError(f"attention = {self.attention!r} is unknown; choose one of {', '.join(ATTENTION_KINDS)}")
 
     @property
     def head_dim(self) -> int:
@@ -48,11 +47,3 @@ class ModelConfig:
     def mlp_dim(self) -> int:
         """Hidden width of the MLP (0 when attention-only)."""
         return 4 * self.d_model if self.d_mlp is None else self.d_mlp
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})

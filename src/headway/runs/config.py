@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from headway.errors import ConfigError
+from headway.settings import check_int
 from headway.model.config import ModelConfig
 from headway.tasks.retrieval import RetrievalConfig
 from headway.train.config import TrainConfig
@@ -33,10 +34,8 @@ class RunConfig:
     data_seed: int = 0  # training pool and validation set (shared by runs that differ only in seed)
 
     def __post_init__(self) -> None:
-        for name in ("seed", "data_seed"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 0")
+        object.__setattr__(self, "seed", check_int("seed", self.seed, 0))
+        object.__setattr__(self, "data_seed", check_int("data_seed", self.data_seed, 0))
 
     @property
     def task_name(self) -> str:

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.settings import Settings, check_bool, check_choice, check_int
 from headway.tasks.retrieval_arrays import encode_rows, gather
 from headway.tasks.retrieval_variants import draw_conditional, draw_plain
 
@@ -60,7 +60,7 @@ _CHUNK = 8192
 
 
 @dataclass(frozen=True)
-class RetrievalConfig:
+class RetrievalConfig(Settings):
     """Shape of one retrieval task; validated on construction so a bad value fails early."""
 
     vocab: int = 32
@@ -74,30 +74,18 @@ class RetrievalConfig:
     classes: int = 2
 
     def __post_init__(self) -> None:
-        """Normalise numpy scalars to Python ones and validate, so stored values are plain and legal."""
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, np.integer):
-                object.__setattr__(self, name, int(value))
-        if isinstance(self.conditional, np.bool_):
-            object.__setattr__(self, "conditional", bool(self.conditional))
+        """Store plain checked values and validate, so a bad value fails early with its name."""
+        self.normalise(
+            **{name: check_int(name, getattr(self, name)) for name in _INT_FIELDS},
+            **{name: check_choice(name, getattr(self, name), choices) for name, choices in _CHOICE_FIELDS.items()},
+            conditional=check_bool("conditional", self.conditional),
+        )
         self.validate()
 
     def validate(self) -> RetrievalConfig:
         """Raise ConfigError naming the first invalid value and what is allowed; return self."""
-        for name in _INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number")
-        for name, choices in _CHOICE_FIELDS.items():
-            value = getattr(self, name)
-            if value not in choices:
-                raise ConfigError(f"{name} = {value!r} is unknown; choose one of {', '.join(choices)}")
-        if not isinstance(self.conditional, bool):
-            raise ConfigError(f"conditional = {self.conditional!r} is not a boolean; use true or false")
-        for name in ("chains", "hops"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} = {getattr(self, name)} is too small; use {name} >= 1")
+        check_int("chains", self.chains, 1)
+        check_int("hops", self.hops, 1)
         if self.conditional and self.relations < 2:
             raise ConfigError(f"relations = {self.relations} is too small; the conditional task needs relations >= 2")
         if self.conditional and self.classes < 1:
@@ -164,21 +152,6 @@ class RetrievalConfig:
     def d_out(self) -> int:
         """Readout width: one block of vocab outputs per target symbol."""
         return self.n_targets * self.vocab
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain dict of the fields, for JSON run records."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RetrievalConfig:
-        """Build from a dict as written by to_dict; unknown keys are refused, missing ones default."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"retrieval config must be a mapping, got {type(d).__name__}")
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(allowed))
-        if unknown:
-            raise ConfigError(f"unknown retrieval config key(s) {unknown}; allowed: {', '.join(allowed)}")
-        return cls(**d)
 
 
 @dataclass

@@ -3,10 +3,9 @@ batch 512, 10k steps, a pool of 2^20 examples, MSE loss."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
-from headway.errors import ConfigError
+from headway.settings import Settings, check_choice, check_int, check_number
 from headway.train.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "adam")
@@ -14,7 +13,7 @@ LOSSES = ("mse", "cross_entropy")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Settings):
     """How one run is trained; `lr` and `weight_decay` may differ between members of an ensemble."""
 
     steps: int = 10_000
@@ -37,37 +36,18 @@ class TrainConfig:
     log_checkpoints: int = 20  # extra checkpoints spaced logarithmically in steps
 
     def __post_init__(self) -> None:
-        for f in fields(self):  # 0 and 0.0 are one setting: store floats as floats (stable run ids)
-            value = getattr(self, f.name)
-            if f.type == "float" and isinstance(value, int) and not isinstance(value, bool):
-                object.__setattr__(self, f.name, float(value))
         positive = ("steps", "batch_size", "train_size", "val_size", "eval_every", "checkpoint_every")
-        for name in positive:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 1")
-        for name in ("warmup_steps", "log_checkpoints"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= 0")
-        if not self.lr > 0:
-            raise ConfigError(f"lr = {self.lr!r} is invalid; use a number > 0")
-        for name in ("weight_decay", "grad_clip", "eps"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid; use a number >= 0")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid; use a number in [0, 1)")
-        if not 0 <= self.final_lr_fraction <= 1:
-            raise ConfigError(f"final_lr_fraction = {self.final_lr_fraction!r} is invalid; use a number in [0, 1]")
-        for name, allowed in (("optimizer", OPTIMIZERS), ("schedule", SCHEDULES), ("loss", LOSSES)):
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} = {getattr(self, name)!r} is unknown; choose one of {', '.join(allowed)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        self.normalise(**{name: check_int(name, getattr(self, name), 1) for name in positive})
+        self.normalise(**{name: check_int(name, getattr(self, name), 0) for name in ("warmup_steps", "log_checkpoints")})
+        self.normalise(
+            lr=check_number("lr", self.lr, 0.0, low_open=True),
+            weight_decay=check_number("weight_decay", self.weight_decay, 0.0),
+            grad_clip=check_number("grad_clip", self.grad_clip, 0.0),
+            eps=check_number("eps", self.eps, 0.0),
+            beta1=check_number("beta1", self.beta1, 0.0, 1.0, high_open=True),
+            beta2=check_number("beta2", self.beta2, 0.0, 1.0, high_open=True),
+            final_lr_fraction=check_number("final_lr_fraction", self.final_lr_fraction, 0.0, 1.0),
+            optimizer=check_choice("optimizer", self.optimizer, OPTIMIZERS),
+            schedule=check_choice("schedule", self.schedule, SCHEDULES),
+            loss=check_choice("loss", self.loss, LOSSES),
+        )

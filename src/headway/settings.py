@@ -1,0 +1,76 @@
+"""What the config dataclasses share: value checks with one wording, and dict round-trips.
+
+Every refusal names the setting, the value given and what is allowed, e.g.
+"heads = 0 is invalid; use an integer >= 1".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, fields
+from numbers import Integral, Real
+from typing import Any, TypeVar
+
+from headway.errors import ConfigError
+
+T = TypeVar("T", bound="Settings")
+
+
+def check_int(name: str, value: Any, minimum: int | None = None) -> int:
+    """A whole number (numpy integers accepted, booleans refused), optionally >= minimum."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number"
+                          + (f" >= {minimum}" if minimum is not None else ""))
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= {minimum}")
+    return int(value)
+
+
+def check_number(name: str, value: Any, low: float, high: float = math.inf, *,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """A real number between low and high (each end included unless `*_open`); ints become floats."""
+    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value):
+        raise ConfigError(f"{name} = {value!r} is not a number")
+    below = value <= low if low_open else value < low
+    above = value >= high if high_open else value > high
+    if below or above:
+        left = "(" if low_open else "["
+        right = ")" if high_open or high == math.inf else "]"
+        raise ConfigError(f"{name} = {value!r} is invalid; use a number in {left}{low:g}, {high:g}{right}")
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of names."""
+    if value not in choices:
+        raise ConfigError(f"{name} = {value!r} is unknown; choose one of {', '.join(choices)}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """True or False (numpy booleans accepted)."""
+    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise ConfigError(f"{name} = {value!r} is not a boolean; use true or false")
+    return bool(value)
+
+
+class Settings:
+    """Mixin for frozen config dataclasses: `normalise` stores checked values, `to_dict` and
+    `from_dict` round-trip through plain dictionaries (unknown keys are refused)."""
+
+    def normalise(self, **values: Any) -> None:
+        """Store checked (converted) values on this frozen instance."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)} for {cls.__name__}; "
+                              f"allowed: {', '.join(known)}")
+        return cls(**data)
