@@ -119,3 +119,35 @@ def test_sigkilled_run_resumes_to_identical_weights_and_metrics(tmp_path):
         wa, wb = load_tensors(layout.checkpoint_path(a, step)), load_tensors(layout.checkpoint_path(b, step))
         assert all(torch.equal(wa[k], wb[k]) for k in wa), step
     pd.testing.assert_frame_equal(pd.read_parquet(a / layout.METRICS), pd.read_parquet(b / layout.METRICS))
+
+
+def test_gradient_clipping_is_per_instance(tmp_path):
+    runs = [tiny_run(seed=s, grad_clip=1e-3) for s in (0, 1)]
+    trainer = EnsembleTrainer(runs, tmp_path, progress=False)
+    data, model, optim, state = trainer.setup()
+    trainer.train_step(model, data, optim, state, 0)
+    clipped = model.flat.grad.norm(dim=1)
+    assert torch.all(state["grad_norm"] > 1e-2)  # the norms before clipping
+    assert torch.allclose(clipped, torch.full((2,), 1e-3), rtol=1e-3)
+
+
+def test_ctrl_c_saves_the_state_and_the_same_command_resumes(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_cmd(tmp_path / "straight"), check=True, env=env, capture_output=True)
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(_train_cmd(stopped), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(stopped.glob(f"*/{layout.CHECKPOINTS}/step_0000080.safetensors")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted at step" in err and "Traceback" not in err
+    (run_dir,) = layout.ensemble_dirs(stopped)
+    saved = layout.read_json(run_dir / layout.RESUME / layout.LATEST)["step"]
+    assert 80 <= saved < 400 and f"step {saved}" in err
+    subprocess.run(_train_cmd(stopped), check=True, env=env, capture_output=True)
+    (straight,) = layout.ensemble_dirs(tmp_path / "straight")
+    assert checkpoint_steps(straight) == checkpoint_steps(run_dir)
+    pd.testing.assert_frame_equal(pd.read_parquet(straight / layout.METRICS), pd.read_parquet(run_dir / layout.METRICS))
+    assert all(torch.equal(a, b) for a, b in zip(final_weights(straight).values(), final_weights(run_dir).values()))
