@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -87,7 +88,8 @@ class EnsembleTrainer:
         started = time.perf_counter()
         bar = tqdm(total=cfg.steps, initial=start, desc=self.run_dir.name, unit="step",
                    disable=None if self.progress else True, dynamic_ncols=True)
-        previous = signal.signal(signal.SIGINT, self._request_stop) if _main_thread() else None
+        on_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._request_stop) if on_main_thread else None
         try:
             if start == 0:
                 self._log(model, data, state, 0, rows, bar)
@@ -165,15 +167,15 @@ class EnsembleTrainer:
         train_loss = (state["loss_sum"] / count).tolist() if count else [float("nan")] * len(self.runs)
         state["loss_sum"].zero_()
         state["loss_count"].zero_()
-        active = state["active"].tolist()
-        diverged = state["diverged_step"].tolist()
+        active, diverged = state["active"].tolist(), state["diverged_step"].tolist()
+        val_loss, hop_acc, grad_norm = val_loss.tolist(), hop_acc.tolist(), state["grad_norm"].tolist()
         for e, run in enumerate(self.runs):
             row = {"step": step, "instance": e, "run_id": run.run_id,
                    "train_loss": train_loss[e] if active[e] else float("nan"),
-                   "val_loss": val_loss[e].item(), "val_accuracy": hop_acc[e, -1].item(),
-                   "grad_norm": state["grad_norm"][e].item(), "diverged": not active[e]}
-            if hop_acc.shape[1] > 1:
-                row.update({f"val_acc_hop{k + 1}": hop_acc[e, k].item() for k in range(hop_acc.shape[1])})
+                   "val_loss": val_loss[e], "val_accuracy": hop_acc[e][-1],
+                   "grad_norm": grad_norm[e], "diverged": not active[e]}
+            if len(hop_acc[e]) > 1:
+                row.update({f"val_acc_hop{k + 1}": acc for k, acc in enumerate(hop_acc[e])})
             rows.append(row)
             if diverged[e] >= 0 and e not in self._reported:
                 bar.write(f"instance {e} (seed {run.seed}, lr {run.train.lr}) diverged at step "
@@ -182,7 +184,7 @@ class EnsembleTrainer:
         live = [e for e in range(len(self.runs)) if active[e]]
         if live:
             bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
-                            val_acc=f"{np.mean([hop_acc[e, -1].item() for e in live]):.3f}")
+                            val_acc=f"{np.mean([hop_acc[e][-1] for e in live]):.3f}")
 
     def _save(self, model, optim: EnsembleAdam, state: dict, step: int, rows: list, keep: set) -> None:
         weights = dict(model.named_parameters())
@@ -204,9 +206,3 @@ class EnsembleTrainer:
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
             "device": str(self.device), "seconds_this_session": round(seconds, 2), "runs": runs})
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
