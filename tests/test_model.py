@@ -121,3 +121,20 @@ def test_mlp_hook_has_position_axis_and_misspelled_hooks_are_refused():
     assert cache["blocks.0.mlp.hook_post"].shape == (2, 5, N_CTX, 128)
     with pytest.raises(KeyError, match="hook_patern"):
         model(tokens(2), hooks={"blocks.0.attn.hook_patern": lambda t, n: None})
+
+
+@pytest.mark.parametrize("cfg", [CFG, ModelConfig(layers=1, heads=2, d_model=16, attention="bidirectional"),
+                                 ModelConfig(layers=2, heads=2, d_model=16, d_mlp=0, layernorm=False)])
+def test_last_position_shortcut_matches_the_full_computation(cfg):
+    model = make([0, 1], cfg)
+    tok = tokens(2)
+    fast = model(tok)
+    fast.pow(2).sum().backward()
+    fast_grad = model.flat.grad.clone()
+    model.flat.zero_grad()
+    # any hook turns the shortcut off: every position of every block is computed
+    full = model(tok, hooks={"hook_embed": lambda t, name: None})
+    full.pow(2).sum().backward()
+    assert torch.allclose(fast, full, atol=1e-5)
+    assert torch.allclose(fast_grad, model.flat.grad, atol=1e-5)
+    assert torch.allclose(model(tok, readout="all")[:, :, -1], fast, atol=1e-5)

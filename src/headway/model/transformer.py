@@ -80,7 +80,8 @@ class Attention(nn.Module):
         mask = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril() if self.causal else None
         self.register_buffer("mask", mask, persistent=False)
 
-    def forward(self, x: Tensor, run: _Run) -> Tensor:
+    def forward(self, x: Tensor, run: _Run, last_query_only: bool = False) -> Tensor:
+        """Attention output [E, B, S, d_model], or [E, B, 1, d_model] for the last query only."""
         e, b, s, d = x.shape
         h, dh = self.W_Q.shape[1], self.W_Q.shape[3]
         w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V], dim=1).transpose(1, 2).reshape(e, d, 3 * h * dh)
@@ -92,13 +93,16 @@ class Attention(nn.Module):
             z = self._explicit(qkv, run)
         else:  # fused kernel: same numbers to ~1e-6, several times faster for short sequences
             q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).reshape(3, e * b, h, s, dh).unbind(0)
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
-            z = z.view(e, b, h, s, dh).transpose(2, 3)  # [E, B, S, H, dh]
+            if last_query_only:  # the last position sees every key, causal or not
+                q = q[:, :, -1:]
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and not last_query_only)
+            z = z.view(e, b, h, q.shape[2], dh).transpose(2, 3)  # [E, B, S or 1, H, dh]
         z = run(f"{n}.hook_z", z)
+        positions = z.shape[2]
         out = torch.baddbmm(
-            self.b_O.unsqueeze(1), z.reshape(e, b * s, h * dh), self.W_O.reshape(e, h * dh, d)
+            self.b_O.unsqueeze(1), z.reshape(e, b * positions, h * dh), self.W_O.reshape(e, h * dh, d)
         )
-        return out.view(e, b, s, d)
+        return out.view(e, b, positions, d)
 
     def _explicit(self, qkv: Tensor, run: _Run) -> Tensor:
         """Attention step by step, so hooks can read or replace q, k, v, scores and pattern."""
@@ -144,10 +148,13 @@ class Block(nn.Module):
             self.ln2 = LayerNorm(n, cfg.d_model, cfg.layernorm, f"{self.name}.ln2")
             self.mlp = MLP(n, cfg.d_model, cfg.mlp_dim, f"{self.name}.mlp")
 
-    def forward(self, x: Tensor, run: _Run) -> Tensor:
+    def forward(self, x: Tensor, run: _Run, last_only: bool = False) -> Tensor:
+        """The block on every position, or (`last_only`) its output at the last position alone:
+        keys and values still come from every position, but nothing else is computed for them."""
         n = self.name
         x = run(f"{n}.hook_resid_pre", x)
-        x = x + run(f"{n}.hook_attn_out", self.attn(self.ln1(x, run), run))
+        attn_out = run(f"{n}.hook_attn_out", self.attn(self.ln1(x, run), run, last_only))
+        x = (x[:, :, -1:] if last_only else x) + attn_out
         if self.has_mlp:
             x = run(f"{n}.hook_resid_mid", x)
             x = x + run(f"{n}.hook_mlp_out", self.mlp(self.ln2(x, run), run))
@@ -228,12 +235,15 @@ class EnsembleTransformer(nn.Module):
             x = x.sum(dim=3)
         x = run("hook_embed", x)
         x = x + run("hook_pos_embed", self.pos_embed.W_pos[:, None, :s, :])
-        for block in self.blocks:
-            x = block(x, run)
+        if readout not in ("last", "all"):
+            raise ValueError(f"readout = {readout!r}; choose 'last' or 'all'")
+        # With nothing hooked and only the last position read out, the final block need not
+        # compute the other positions (a third or more of a small model's work).
+        shortcut = readout == "last" and not hooks
+        for i, block in enumerate(self.blocks):
+            x = block(x, run, last_only=shortcut and i == len(self.blocks) - 1)
         if readout == "last":
             x = x[:, :, -1:, :]
-        elif readout != "all":
-            raise ValueError(f"readout = {readout!r}; choose 'last' or 'all'")
         x = self.ln_final(x, run)
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, s, self.d_out)
