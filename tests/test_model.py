@@ -138,3 +138,15 @@ def test_last_position_shortcut_matches_the_full_computation(cfg):
     assert torch.allclose(fast, full, atol=1e-5)
     assert torch.allclose(fast_grad, model.flat.grad, atol=1e-5)
     assert torch.allclose(model(tok, readout="all")[:, :, -1], fast, atol=1e-5)
+
+
+def test_top_level_names_resolve_lazily():
+    import subprocess
+    import sys
+
+    import headway
+
+    assert all(getattr(headway, name) is not None for name in headway.__all__)
+    light = subprocess.run([sys.executable, "-c", "import sys, headway; print('torch' in sys.modules)"],
+                           capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "False"
