@@ -92,7 +92,8 @@ class Attention(nn.Module):
         if run.wants(*inside):
             z = self._explicit(qkv, run)
         else:  # fused kernel: same numbers to ~1e-6, several times faster for short sequences
-            q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).reshape(3, e * b, h, s, dh).unbind(0)
+            # one contiguous copy up front is cheaper than the kernel reading strided q, k, v
+            q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).reshape(3, e * b, h, s, dh).contiguous().unbind(0)
             if last_query_only:  # the last position sees every key, causal or not
                 q = q[:, :, -1:]
             z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and not last_query_only)
