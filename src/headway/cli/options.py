@@ -17,9 +17,7 @@ FALSE = ("false", "no", "off", "0")
 
 
 def _base_type(annotation: Any) -> type:
-    """int for `int | None`, etc.: the one non-None type of a field annotation."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, {"int": int, "float": float, "str": str, "bool": bool, "None": None})
+    """int for `int | None`, etc.: the one non-None type of a resolved field annotation."""
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return next(a for a in typing.get_args(annotation) if a is not type(None))
     return annotation
@@ -65,8 +63,9 @@ def setting_fields(*classes: type) -> dict[str, type]:
     """Field name -> value type over the given config dataclasses."""
     out: dict[str, type] = {}
     for cls in classes:
+        hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            out[f.name] = _base_type(f.type)
+            out[f.name] = _base_type(hints[f.name])
     return out
 
 
