@@ -82,7 +82,6 @@ class RunConfig:
         }
 
 
-
 def _digest(data: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
