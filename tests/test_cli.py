@@ -136,3 +136,10 @@ def test_unusable_device_is_a_one_line_error(tmp_path, capsys, device, fragment)
     code, _, err = run_cli(["train", "--out", str(tmp_path / "r"), "--scale", "cpu", "--device", device], capsys)
     assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_choice_named_none_is_a_word_not_a_missing_value():
+    from headway.cli.options import parse_values
+
+    assert parse_values("curriculum", "ic,none", str) == ["ic", "none"]
+    assert parse_values("grad_clip", "none", float) == [None]

@@ -32,7 +32,7 @@ def parse_value(name: str, text: str, kind: type) -> Any:
         if text.lower() in FALSE:
             return False
         raise ConfigError(f"--{name} got {text!r}; use true or false")
-    if text.lower() == "none":
+    if kind is not str and text.lower() == "none":  # 'none' is a word for choices such as curriculum
         return None
     try:
         if kind is int:
