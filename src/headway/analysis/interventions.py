@@ -1,0 +1,139 @@
+"""Causal checks on heads: zero and mean ablation, and activation patching from a corrupted example.
+
+A head's output is its slice of `hook_z` ([E, B, S, H, d_head]); intervening there removes exactly
+that head's contribution. Interventions act on all instances of an ensemble at once, each instance
+with its own choice of heads ([E, L, H] masks), so one forward measures every instance.
+
+Patching uses *root-swapped* examples: the queried chain's root is exchanged, everywhere in the
+example, with another chain's root. The corrupted example is valid, has a different answer, and
+differs from the clean one nowhere else, so a head whose corrupted output flips the prediction to
+the corrupted answer carries the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from headway.analysis.heads import instance_tokens
+from headway.analysis.positions import StatementMap
+from headway.model.transformer import EnsembleTransformer
+from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval_arrays import encode_rows
+
+KINDS = ("zero", "mean", "patch")
+
+
+def swap_roots(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of each example with the queried chain's root swapped with another chain's root, and the
+    new answers [N]. The other root is the first root (in statement order) that is not the answer."""
+    answer = np.asarray(batch.answer)
+    is_root = smap.is_link & (smap.next_link < 0)
+    other = np.where(is_root & (smap.right != answer[:, None]), smap.right, -1)
+    if (other < 0).all(axis=1).any():
+        raise ValueError("patching needs at least two chains (chains >= 2) to swap roots between")
+    replacement = other[np.arange(len(other)), (other >= 0).argmax(axis=1)]
+    rows = smap.rows.copy()
+    entity_slots = rows < cfg.vocab
+    a, b = answer[:, None, None], replacement[:, None, None]
+    swapped = np.where(entity_slots & (rows == a), b, np.where(entity_slots & (rows == b), a, rows))
+    return encode_rows(swapped, cfg.layout == "packed", cfg.base_vocab), replacement
+
+
+class HeadIntervention:
+    """Runs one ensemble on fixed examples with chosen heads ablated or patched and scores the answer."""
+
+    def __init__(self, model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch,
+                 smap: StatementMap) -> None:
+        self.model, self.cfg = model, cfg
+        self.device = next(model.parameters()).device
+        self.layers, self.heads = model.cfg.layers, model.cfg.heads
+        e = model.n_instances
+        self.tokens = instance_tokens(batch.tokens, e, self.device)
+        corrupted, corrupted_answer = swap_roots(cfg, batch, smap)
+        self.corrupted = instance_tokens(corrupted, e, self.device)
+        self.answer = torch.as_tensor(np.asarray(batch.answer), device=self.device)
+        self.corrupted_answer = torch.as_tensor(corrupted_answer, device=self.device)
+        names = [self._z(layer) for layer in range(self.layers)]
+        with torch.no_grad():
+            clean_out, clean = model.run_with_cache(self.tokens, names)
+            _, patched = model.run_with_cache(self.corrupted, names)
+        self.clean_prediction = self._predict(clean_out)
+        self.mean_z = {name: z.mean(dim=1, keepdim=True) for name, z in clean.items()}
+        self.corrupted_z = patched
+
+    def _z(self, layer: int) -> str:
+        return f"blocks.{layer}.attn.hook_z"
+
+    def _predict(self, out: Tensor) -> Tensor:
+        """Predicted answer symbol [E, B]: argmax of the final-hop block of the readout."""
+        return out[..., -self.cfg.vocab :].argmax(dim=-1)
+
+    @torch.no_grad()
+    def run(self, mask: Tensor, kind: str) -> Tensor:
+        """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated or patched."""
+        if kind not in KINDS:
+            raise ValueError(f"intervention kind = {kind!r}; choose one of {', '.join(KINDS)}")
+        mask = mask.to(self.device)
+        hooks = {}
+        for layer in range(self.layers):
+            if mask[:, layer].any():
+                hooks[self._z(layer)] = self._hook(mask[:, layer], kind)
+        return self._predict(self.model(self.tokens, hooks=hooks))
+
+    def _hook(self, heads: Tensor, kind: str):
+        select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
+
+        def replace(z: Tensor, name: str) -> Tensor:
+            if kind == "zero":
+                source = torch.zeros((), dtype=z.dtype, device=z.device)
+            elif kind == "mean":
+                source = self.mean_z[name]
+            else:
+                source = self.corrupted_z[name]
+            return torch.where(select, source, z)
+
+        return replace
+
+    def accuracy(self, prediction: Tensor) -> np.ndarray:
+        """Share of examples answered correctly, per instance [E]."""
+        return (prediction == self.answer).float().mean(dim=1).cpu().numpy()
+
+    def flip_rate(self, prediction: Tensor) -> np.ndarray:
+        """Share of examples whose prediction became the corrupted answer, per instance [E]."""
+        return (prediction == self.corrupted_answer).float().mean(dim=1).cpu().numpy()
+
+    def single_heads(self) -> Iterator[tuple[int, int, Tensor]]:
+        """(layer, head, mask) selecting that one head in every instance."""
+        for layer in range(self.layers):
+            for head in range(self.heads):
+                mask = torch.zeros(self.model.n_instances, self.layers, self.heads, dtype=torch.bool)
+                mask[:, layer, head] = True
+                yield layer, head, mask
+
+
+def head_effects(intervention: HeadIntervention, kinds: tuple[str, ...] = KINDS) -> pd.DataFrame:
+    """Per (instance, layer, head): accuracy after each intervention on that head alone and the drop
+    from the clean accuracy; for patching also the flip rate to the corrupted answer."""
+    clean = intervention.accuracy(intervention.clean_prediction)
+    rows = []
+    for layer, head, mask in intervention.single_heads():
+        row = {"layer": layer, "head": head}
+        for kind in kinds:
+            prediction = intervention.run(mask, kind)
+            row[f"{kind}_accuracy"] = intervention.accuracy(prediction)
+            row[f"{kind}_drop"] = clean - row[f"{kind}_accuracy"]
+            if kind == "patch":
+                row["patch_flip"] = intervention.flip_rate(prediction)
+        rows.append(row)
+    frames = []
+    for e in range(len(clean)):
+        frame = pd.DataFrame([{k: (v[e] if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in rows])
+        frame.insert(0, "instance", e)
+        frame["clean_accuracy"] = clean[e]
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
