@@ -1,0 +1,165 @@
+"""Linear probes on the residual stream: which hop distances are decodable after each layer (Theorem 1).
+
+After t layers a position can have gathered information from at most 3^t statements' worth of chain,
+so at the query (which must reach both ends of a hop) the reachable hop distance is floor(3^t / 2).
+Two sites are probed, each read at a statement's reading position:
+
+- `query`: the query statement; label for hop k is the symbol k hops down the queried chain
+  (`batch.chain[:, k]`, k = 1..D).
+- `link`: every chain link (true links only in the conditional variant); label for hop k is the
+  symbol k hops down from its left entity (k = 1 is its own right entity, k = 2 the right entity of
+  its next link, ...). Samples whose chain ends before k hops are left out.
+
+A probe is ridge regression onto one-hot labels (argmax decodes); layer 0 is the embedding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from headway.analysis.heads import instance_tokens
+from headway.analysis.positions import NONE, StatementMap, follow, reading_positions
+from headway.model.transformer import EnsembleTransformer
+from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+
+SITES = ("query", "link")
+
+
+@dataclass(frozen=True)
+class ProbeTargets:
+    """Probe samples per site: example and statement index of each sample, labels [samples, hops] (NONE: none)."""
+
+    query_example: np.ndarray  # [N]
+    query_statement: np.ndarray  # [N]
+    query_labels: np.ndarray  # [N, D]: label of hop k in column k-1
+    link_example: np.ndarray  # [M]
+    link_statement: np.ndarray  # [M]
+    link_labels: np.ndarray  # [M, max_hops]
+
+    def site(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(example, statement, labels) of one site, `query` or `link`."""
+        if name not in SITES:
+            raise ValueError(f"site = {name!r}; choose one of {', '.join(SITES)}")
+        return getattr(self, f"{name}_example"), getattr(self, f"{name}_statement"), getattr(self, f"{name}_labels")
+
+
+@torch.no_grad()
+def residual_streams(model: EnsembleTransformer, cfg: RetrievalConfig, tokens: np.ndarray,
+                     chunk: int = 512) -> np.ndarray:
+    """The residual stream before the first block and after every block, [E, L+1, N, S, d_model] float32."""
+    n_layers = model.cfg.layers
+    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
+    device = next(model.parameters()).device
+    parts = []
+    for start in range(0, len(tokens), chunk):
+        batch = instance_tokens(tokens[start : start + chunk], model.n_instances, device)
+        _, cache = model.run_with_cache(batch, names)
+        parts.append(torch.stack([cache[name] for name in names], dim=1).float().cpu().numpy())
+    return np.concatenate(parts, axis=2)
+
+
+def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap, max_hops: int) -> ProbeTargets:
+    """Labels of both sites: hops 1..D at the query from `batch.chain`, hops 1..max_hops at every chain link."""
+    chain = np.asarray(batch.chain)
+    n = len(chain)
+    link_example, link_statement = np.nonzero(smap.is_link)
+    link_labels = np.full((len(link_example), max_hops), NONE, dtype=np.int64)
+    current = link_statement[:, None]
+    pointers = smap.next_link[link_example]
+    for k in range(max_hops):
+        valid = current[:, 0] >= 0
+        link_labels[valid, k] = smap.right[link_example[valid], current[valid, 0]]
+        current = follow(current, pointers, 1)
+    return ProbeTargets(
+        query_example=np.arange(n),
+        query_statement=np.full(n, smap.query),
+        query_labels=chain[:, 1 : cfg.hops + 1].astype(np.int64),
+        link_example=link_example,
+        link_statement=link_statement,
+        link_labels=link_labels,
+    )
+
+
+def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+              n_classes: int, ridge: float = 1e-2) -> float:
+    """Test accuracy of a ridge-regression probe onto one-hot labels (features standardised on the train
+    set, unpenalised bias, penalty `ridge` per sample); closed form in float64, so deterministic."""
+    if len(y_test) == 0 or len(y_train) == 0:
+        return float("nan")
+    x = torch.as_tensor(np.asarray(x_train), dtype=torch.float64)
+    mean, std = x.mean(0), x.std(0, correction=0)
+    std = torch.where(std > 1e-12, std, torch.ones_like(std))
+
+    def design(features: np.ndarray) -> torch.Tensor:
+        z = (torch.as_tensor(np.asarray(features), dtype=torch.float64) - mean) / std
+        return torch.cat([z, torch.ones(len(z), 1, dtype=torch.float64)], dim=1)
+
+    a = design(x_train)
+    targets = torch.nn.functional.one_hot(torch.as_tensor(np.asarray(y_train), dtype=torch.long), n_classes)
+    penalty = torch.full((a.shape[1],), ridge * len(a), dtype=torch.float64)
+    penalty[-1] = 0.0
+    weights = torch.linalg.solve(a.T @ a + torch.diag(penalty), a.T @ targets.to(torch.float64))
+    predicted = (design(x_test) @ weights).argmax(1).numpy()
+    return float((predicted == np.asarray(y_test)).mean())
+
+
+def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap,
+                 threshold: float = 0.9, test_fraction: float = 0.3, seed: int = 0,
+                 max_link_samples: int = 8192) -> pd.DataFrame:
+    """Probe accuracy per (instance, layer, site, hops) on `samples` test samples, with `passed` = accuracy
+    >= `threshold`; examples are split train/test once (seeded), so no example feeds both."""
+    rng = np.random.default_rng(seed)
+    n = len(batch)
+    is_test = np.zeros(n, dtype=bool)
+    is_test[rng.permutation(n)[: round(test_fraction * n)]] = True
+    targets = probe_targets(cfg, batch, smap, cfg.hops)
+    link_keep = np.arange(len(targets.link_example))
+    if len(link_keep) > max_link_samples:
+        link_keep = np.sort(rng.choice(len(link_keep), max_link_samples, replace=False))
+    streams = residual_streams(model, cfg, np.asarray(batch.tokens))
+    reading = reading_positions(cfg)
+    rows = []
+    for site in SITES:
+        example, statement, labels = targets.site(site)
+        if site == "link":
+            example, statement, labels = example[link_keep], statement[link_keep], labels[link_keep]
+        features = streams[:, :, example, reading[statement]]  # [E, L+1, samples, d_model]
+        test = is_test[example]
+        for k in range(labels.shape[1]):
+            have = labels[:, k] >= 0
+            train_rows, test_rows = have & ~test, have & test
+            for instance in range(features.shape[0]):
+                for layer in range(features.shape[1]):
+                    x = features[instance, layer]
+                    accuracy = fit_probe(x[train_rows], labels[train_rows, k], x[test_rows], labels[test_rows, k],
+                                         cfg.vocab)
+                    rows.append({"instance": instance, "layer": layer, "site": site, "hops": k + 1,
+                                 "accuracy": accuracy, "samples": int(test_rows.sum())})
+    table = pd.DataFrame(rows)
+    table["passed"] = table.accuracy >= threshold
+    table["chance"] = 1.0 / cfg.vocab
+    return table
+
+
+def probe_reach(table: pd.DataFrame, threshold: float = 0.9) -> pd.DataFrame:
+    """Per instance, site and layer, how far the probes reach against Theorem 1's bounds.
+
+    - `reach`: the largest k with every hop 1..k decoded at accuracy >= `threshold` (0 if hop 1 fails;
+      a failed hop stops the count even if a later one passes); `max_hops`: the largest k probed.
+    - `bound_theorem` = floor(3^layer / 2): the most hops the query can reach after `layer` layers
+      (it starts with the query symbol alone and must gather both ends of every hop).
+    - `tripling` = 3^layer: the longest chain segment, in links, one position can hold after `layer`
+      layers; the bound for the link site, which starts with one whole link.
+    """
+    rows = []
+    for (instance, site, layer), group in table.groupby(["instance", "site", "layer"], sort=True):
+        accuracy = group.set_index("hops").accuracy.reindex(range(1, int(group.hops.max()) + 1))
+        reach = int(np.cumprod((accuracy >= threshold).to_numpy()).sum())
+        rows.append({"instance": instance, "site": site, "layer": layer, "reach": reach,
+                     "max_hops": len(accuracy), "bound_theorem": 3 ** int(layer) // 2,
+                     "tripling": 3 ** int(layer)})
+    return pd.DataFrame(rows)

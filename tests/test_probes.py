@@ -1,0 +1,127 @@
+"""Linear probes: known answers on synthetic residuals, labels checked against the solver, and one trained model."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headway.analysis.positions import map_statements, reading_positions
+from headway.analysis.probes import depth_probes, fit_probe, probe_reach, probe_targets, residual_streams
+from headway.model.config import ModelConfig
+from headway.model.transformer import EnsembleTransformer
+from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
+from headway.runs.store import load_model
+from headway.tasks.retrieval import RetrievalConfig, generate
+from headway.tasks.solver import solve
+from headway.train.sweep import train_runs
+
+VOCAB = 16
+
+
+def synthetic_features(labels: np.ndarray, width: int, signal: float, seed: int) -> np.ndarray:
+    """Gaussian features [n, width] plus `signal` times the one-hot of `labels` (in its first VOCAB columns)."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(len(labels), width))
+    features[np.arange(len(labels)), labels] += signal
+    return features
+
+
+def split_probe(features: np.ndarray, labels: np.ndarray) -> float:
+    """Probe accuracy with the first 70% of samples for training and the rest for testing."""
+    cut = int(0.7 * len(labels))
+    return fit_probe(features[:cut], labels[:cut], features[cut:], labels[cut:], VOCAB)
+
+
+def test_symbol_written_into_the_residual_is_decoded():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, VOCAB, 3000)
+    assert split_probe(synthetic_features(labels, 32, signal=6.0, seed=1), labels) >= 0.99
+
+
+def test_symbol_absent_from_the_residual_decodes_at_chance():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, VOCAB, 3000)
+    other = rng.integers(0, VOCAB, 3000)  # the residual holds a different, independent symbol
+    accuracy = split_probe(synthetic_features(other, 32, signal=4.0, seed=1), labels)
+    assert accuracy < 3 / VOCAB
+
+
+def test_probe_is_deterministic_and_ignores_constant_features():
+    rng = np.random.default_rng(2)
+    labels = rng.integers(0, VOCAB, 1000)
+    features = synthetic_features(labels, 24, signal=3.0, seed=3)
+    features[:, -1] = 5.0
+    assert split_probe(features, labels) == split_probe(features.copy(), labels)
+
+
+def reach_table(accuracy: dict[int, list[float]]) -> pd.DataFrame:
+    """A depth_probes-shaped table for one instance and site: layer -> accuracies of hops 1, 2, ..."""
+    rows = [{"instance": 0, "site": "query", "layer": layer, "hops": k + 1, "accuracy": value}
+            for layer, values in accuracy.items() for k, value in enumerate(values)]
+    return pd.DataFrame(rows)
+
+
+def test_reach_counts_leading_hops_and_stops_at_a_gap():
+    table = reach_table({0: [0.1, 0.1, 0.1], 1: [0.95, 0.2, 0.97], 2: [0.99, 0.92, 0.5], 3: [1.0, 1.0, 0.9]})
+    reach = probe_reach(table, threshold=0.9).set_index("layer")
+    assert reach.reach.tolist() == [0, 1, 2, 3]
+    assert reach.bound_theorem.tolist() == [0, 1, 4, 13]
+    assert reach.tripling.tolist() == [1, 3, 9, 27]
+    assert (reach.max_hops == 3).all()
+
+
+@pytest.mark.parametrize("layout", ["packed", "flat"])
+@pytest.mark.parametrize("conditional", [False, True])
+def test_targets_follow_the_chain_and_the_solver(layout, conditional):
+    cfg = RetrievalConfig(vocab=24, chains=2, hops=3, layout=layout, conditional=conditional)
+    batch = generate(cfg, 40, 5)
+    smap = map_statements(cfg, batch)
+    targets = probe_targets(cfg, batch, smap, max_hops=cfg.hops)
+    assert (targets.query_labels[:, 0] == batch.chain[:, 1]).all()
+    assert (targets.query_labels == batch.chain[:, 1:]).all()
+    assert (targets.query_statement == smap.query).all()
+    example, statement = targets.link_example, targets.link_statement
+    assert len(example) == len(batch) * cfg.chains * cfg.hops
+    assert (targets.link_labels[:, 0] == smap.right[example, statement]).all()
+    for i, p, labels in zip(example, statement, targets.link_labels):
+        classes = None if batch.classes is None else batch.classes[i].tolist()
+        rules = None if batch.rules is None else batch.rules[i].tolist()
+        for k, label in enumerate(labels, start=1):
+            try:
+                expected = solve(batch.statements[i].tolist(), int(smap.left[i, p]), k, classes, rules)[-1]
+            except ValueError:  # the chain ends before k hops
+                expected = -1
+            assert label == expected
+
+
+@pytest.mark.parametrize("layout", ["packed", "flat"])
+def test_untrained_model_probes_have_every_row(layout, tmp_path):
+    cfg = RetrievalConfig(vocab=12, chains=2, hops=2, layout=layout, conditional=layout == "flat")
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=2, heads=2, d_model=16), cfg.d_vocab, cfg.n_ctx,
+                                           cfg.d_out, seeds=[0, 1])
+    batch = generate(cfg, 200, 1)
+    streams = residual_streams(model, cfg, batch.tokens, chunk=64)
+    assert streams.shape == (2, 3, 200, cfg.n_ctx, 16) and streams.dtype == np.float32
+    assert len(reading_positions(cfg)) == map_statements(cfg, batch).n_statements
+    table = depth_probes(model, cfg, batch, map_statements(cfg, batch), max_link_samples=300)
+    assert len(table) == 2 * 3 * 2 * cfg.hops
+    assert table.accuracy.between(0, 1).all()
+    embedding = table[(table.layer == 0) & (table.hops == 1)].groupby("site").accuracy.mean()
+    assert embedding["link"] >= 0.8 and embedding["query"] <= 0.3  # the reading slot embeds the right entity
+    assert (table[table.site == "link"].samples <= 300).all()
+    again = depth_probes(model, cfg, batch, map_statements(cfg, batch), max_link_samples=300)
+    pd.testing.assert_frame_equal(table, again)
+    reach = probe_reach(table)
+    assert plot_probe_reach(reach, tmp_path / "reach.png").stat().st_size > 0
+    assert plot_probe_accuracy(table, tmp_path / "accuracy.png").stat().st_size > 0
+
+
+def test_trained_model_holds_the_link_but_not_the_next_symbol_in_its_embedding(tiny, tmp_path):
+    run = tiny(steps=200, eval_every=100, checkpoint_every=100, log_checkpoints=2)
+    train_runs([run], tmp_path, device="cpu", progress=False)
+    run_dir = next(tmp_path.iterdir())
+    cfg = run.task
+    batch = generate(cfg, 1024, 7)
+    table = depth_probes(load_model(run_dir), cfg, batch, map_statements(cfg, batch))
+    embedding = table[(table.layer == 0) & (table.hops == 1)].set_index("site").accuracy
+    assert embedding["query"] <= 0.5
+    assert embedding["link"] >= 0.95
