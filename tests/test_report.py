@@ -1,0 +1,140 @@
+"""The HTML report builder: embedded figures, escaping, offline-only content and byte-for-byte reproducibility."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headway.report.html import Report
+
+PNG_SRC = '<img src="data:image/png;base64,'
+
+
+def tiny_png(path, colour):
+    """Write a 20×20-pixel line plot to `path` and return its bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1), dpi=20)
+    ax.plot([0, 1], [1, 0], color=colour)
+    fig.savefig(path)
+    plt.close(fig)
+    return path.read_bytes()
+
+
+def build(tmp_path):
+    """A report touching every block kind, with two figures and HTML-hostile text."""
+    first, second = tmp_path / "a.png", tmp_path / "b.png"
+    if not first.exists():
+        tiny_png(first, "red")
+        tiny_png(second, "blue")
+    table = pd.DataFrame({
+        "name": ["<b>x</b>", "a & b"],
+        "acc": [0.123456, np.nan],
+        "solved": [True, False],
+        "steps": [100, 200],
+    })
+    return (
+        Report("Depth <study>", subtitle="retrieval & hops")
+        .section("Setup")
+        .paragraph("We train **tiny** models with `lr < 1e-3` & <script>alert(1)</script>.")
+        .key_values({"hardware": "cpu", "wall time (s)": 12.5, "seeds": 3}, caption="Run settings")
+        .section("Results")
+        .figure(first, "Accuracy <by depth>")
+        .figure(second, "Loss curves", alt="two curves")
+        .table(table, "Per-run <summary>")
+        .callout("Does not reproduce at this scale: accuracy stays at chance.", kind="warning")
+        .bullets(["first **point**", "second `code`"])
+        .section("Results")
+    )
+
+
+def test_figures_are_embedded_byte_for_byte(tmp_path):
+    report = build(tmp_path)
+    html = report.write(tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert html.count(PNG_SRC) == 2
+    assert report.figure_count == 2
+    assert report.figures == ["Accuracy <by depth>", "Loss curves"]
+    payloads = re.findall(r'data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert [base64.b64decode(p) for p in payloads] == [(tmp_path / "a.png").read_bytes(),
+                                                        (tmp_path / "b.png").read_bytes()]
+    assert "Figure 1.</strong> Accuracy &lt;by depth&gt;" in html
+    assert "Figure 2.</strong> Loss curves" in html
+    assert not (tmp_path / "out" / "report.html.tmp").exists()
+
+
+def test_svg_figure_uses_svg_mime(tmp_path):
+    svg = tmp_path / "f.svg"
+    svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>')
+    html = Report("t").figure(svg, "vector").render()
+    assert 'src="data:image/svg+xml;base64,' in html
+
+
+def test_offline_and_escaped(tmp_path):
+    html = build(tmp_path).render()
+    for forbidden in ("http://", "https://", "<script", "<link", "@import", "url("):
+        assert forbidden not in html
+    assert '<meta charset="utf-8">' in html
+    assert html.startswith("<!DOCTYPE html>")
+    assert "<title>Depth &lt;study&gt;</title>" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<strong>tiny</strong>" in html
+    assert "<code>lr &lt; 1e-3</code>" in html
+    assert "<li>first <strong>point</strong></li>" in html
+    assert "<td>&lt;b&gt;x&lt;/b&gt;</td>" in html
+    assert "<td>a &amp; b</td>" in html
+
+
+def test_table_formats_cells(tmp_path):
+    html = build(tmp_path).render()
+    assert "Table 1.</strong> Per-run &lt;summary&gt;" in html
+    assert ">0.123<" in html
+    assert ">–<" in html
+    assert ">yes<" in html and ">no<" in html
+    assert ">100<" in html
+    assert '<div class="callout warning">Does not reproduce at this scale' in html
+    assert "<th>wall time (s)</th><td>12.5</td>" in html
+
+
+def test_long_table_is_truncated():
+    df = pd.DataFrame({"x": range(10)})
+    html = Report("t").table(df, "ten", max_rows=3).render()
+    assert html.count("<tr><td") == 3
+    assert "7 rows left out" in html
+
+
+def test_toc_links_every_section(tmp_path):
+    html = build(tmp_path).render()
+    anchors = re.findall(r'<h2 id="([^"]+)">', html)
+    assert anchors == ["setup", "results", "results-2"]
+    toc = html.split('<nav class="toc">')[1].split("</nav>")[0]
+    assert re.findall(r'href="#([^"]+)"', toc) == anchors
+
+
+def test_explicit_anchor_must_be_unique():
+    report = Report("t").section("A", anchor="a")
+    with pytest.raises(ValueError, match="'a'"):
+        report.section("B", anchor="a")
+
+
+def test_identical_inputs_render_identical_bytes(tmp_path):
+    one = build(tmp_path).write(tmp_path / "one.html").read_bytes()
+    two = build(tmp_path).write(tmp_path / "two.html").read_bytes()
+    assert one == two
+
+
+def test_missing_figure_raises(tmp_path):
+    missing = tmp_path / "nope.png"
+    with pytest.raises(FileNotFoundError, match="nope.png"):
+        Report("t").figure(missing, "gone")
+
+
+def test_unknown_callout_kind_raises():
+    with pytest.raises(ValueError, match="'danger'.*note, warning, ok"):
+        Report("t").callout("hm", kind="danger")
