@@ -16,12 +16,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from headway.cli import data, demo, show, train
+    from headway.cli import data, demo, show, study, train
 
     cli.add_command(data.data)
     cli.add_command(train.train)
     cli.add_command(show.show)
     cli.add_command(demo.demo)
+    cli.add_command(study.study)
 
 
 _register()

@@ -27,7 +27,8 @@ def plot_hop_accuracy(curves: pd.DataFrame, table: pd.DataFrame, path: Path | st
 def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, title: str, ylabel: str,
                  chance: float | None = None) -> Path:
     """Shared layout: a grid of per-seed panels (≤ 4 columns, shared axes), one coloured curve per unit
-    with its emergence step as a dashed line and a dot; symlog x when steps span over two decades."""
+    with its emergence step as a dashed line and a dot; steps on a linear axis, because emergence
+    happens mid-training, which a log axis would squeeze."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,8 +44,6 @@ def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, ti
     n_rows = -(-len(seeds) // n_cols)
     fig, axes = plt.subplots(n_rows, n_cols, sharex=True, sharey=True, squeeze=False,
                              figsize=(1.0 + 3.2 * n_cols, 0.8 + 2.6 * n_rows), layout="constrained")
-    positive = curves.step[curves.step > 0]
-    log_x = len(positive) > 0 and positive.max() / positive.min() > 100
     for index, seed in enumerate(seeds):
         ax = axes.flat[index]
         for unit, curve in curves[curves.seed == seed].sort_values("step").groupby("unit", sort=True):
@@ -63,14 +62,13 @@ def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, ti
         lowest = axes[(len(seeds) - 1 - column) // n_cols, column]
         lowest.xaxis.set_tick_params(labelbottom=True)
         lowest.set_xlabel("step")
-    if log_x:
-        axes[0, 0].set_xscale("symlog", linthresh=float(positive.min()))
     axes[0, 0].set_xlim(curves.step.min(), curves.step.max())
     axes[0, 0].set_ylim(-0.02, 1.02)
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
     legend = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels())}
-    fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=8, frameon=False)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=min(len(legend), 4), fontsize=8,
+               frameon=False)
     fig.suptitle(title, fontsize=10)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -21,11 +21,11 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics[metrics.step == last].reset_index(drop=True)
 
 
-def depth_table(metrics: pd.DataFrame, threshold: float = 0.9) -> pd.DataFrame:
-    """Mean and spread of final accuracy per (hops, layers) over seeds, with the baselines and
+def depth_table(metrics: pd.DataFrame, threshold: float = 0.9, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Mean and spread of final accuracy per (*by, hops, layers) over seeds, with the baselines and
     whether the cell counts as solved (mean accuracy >= `threshold`)."""
     final = final_accuracy(metrics)
-    table = (final.groupby(["hops", "layers"])
+    table = (final.groupby([*by, "hops", "layers"])
              .agg(accuracy=("val_accuracy", "mean"), accuracy_min=("val_accuracy", "min"),
                   accuracy_max=("val_accuracy", "max"), seeds=("seed", "nunique"),
                   vocab=("vocab", "first"), chains=("chains", "first"))
@@ -37,10 +37,12 @@ def depth_table(metrics: pd.DataFrame, threshold: float = 0.9) -> pd.DataFrame:
     return table.drop(columns=["vocab", "chains"])
 
 
-def measured_min_layers(table: pd.DataFrame) -> pd.DataFrame:
-    """Per hops: the fewest layers that solved it (NaN when none did), beside the bound."""
-    solved = table[table.solved].groupby("hops").layers.min()
-    out = pd.DataFrame({"hops": sorted(table.hops.unique())})
-    out["measured_min_layers"] = out.hops.map(solved)
+def measured_min_layers(table: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Per (*by, hops): the fewest layers that solved it (NaN when none did), the most layers
+    trained, and the bound."""
+    keys = [*by, "hops"]
+    out = table.groupby(keys).layers.max().rename("max_layers_trained").reset_index()
+    solved = table[table.solved].groupby(keys).layers.min().rename("measured_min_layers").reset_index()
+    out = out.merge(solved, on=keys, how="left")
     out["bound"] = out.hops.map(min_layers)
-    return out
+    return out[[*keys, "measured_min_layers", "bound", "max_layers_trained"]]

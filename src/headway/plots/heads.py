@@ -1,0 +1,115 @@
+"""Figures of the retrieval circuit: attention maps of key heads and a layers × heads circuit diagram."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROLE_COLOURS = {"link→next": "#1b9e77", "link→prev": "#66a61e", "query→class": "#e6ab02",
+                "query→rule": "#a6761d", "none": "#bdbdbd"}
+_QUERY_COLOURS = ["#d95f02", "#7570b3", "#e7298a", "#e41a1c", "#377eb8", "#984ea3", "#ff7f00", "#a65628"]
+
+
+def role_colour(role: str) -> str:
+    """One fixed colour per role (query→hop j colours cycle by j)."""
+    if role.startswith("query→hop"):
+        return _QUERY_COLOURS[(int(role.removeprefix("query→hop")) - 1) % len(_QUERY_COLOURS)]
+    return ROLE_COLOURS.get(role, "#636363")
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_attention_maps(patterns: np.ndarray, heads: pd.DataFrame, labels: list[str], chain_statements: list[int],
+                        path: Path | str, title: str) -> Path:
+    """Statement-level attention ([L, H, P, P], one model, one example) of each head in `heads`
+    (rows with layer, head, role); statements of the queried chain and the query are labelled in bold red."""
+    plt = _pyplot()
+    n = max(len(heads), 1)
+    cols = min(n, 4)
+    rows = -(-n // cols)
+    size = 0.28 * len(labels) + 1.2
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size + 0.6), squeeze=False)
+    for ax, row in zip(axes.ravel(), heads.itertuples()):
+        ax.imshow(patterns[row.layer, row.head], cmap="Blues", vmin=0, vmax=1)
+        ax.set_title(f"L{row.layer + 1}H{row.head}  {row.role}", fontsize=9, color=role_colour(row.role))
+        ticks = range(len(labels))
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
+        ax.set_yticks(ticks, labels, fontsize=6)
+        for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
+            for i, tick in enumerate(tick_labels):
+                if i in chain_statements or i == len(labels) - 1:
+                    tick.set_color("#cb181d")
+                    tick.set_fontweight("bold")
+        ax.set_xlabel("attended statement", fontsize=7)
+        ax.set_ylabel("from statement", fontsize=7)
+    for ax in axes.ravel()[len(heads):]:
+        ax.set_visible(False)
+    fig.suptitle(textwrap.fill(title, width=int(cols * size * 11)), fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
+    """Layers (bottom to top) × heads of one model: each head coloured by role, circuit heads outlined
+    with their mean-ablation drop; arrows show how the answer travels: link heads write into the link
+    positions, query heads read them and write into the query position, which is read out."""
+    plt = _pyplot()
+    layers, n_heads = int(heads.layer.max()) + 1, int(heads["head"].max()) + 1
+    fig, ax = plt.subplots(figsize=(2.6 + 1.25 * n_heads, 1.4 + 1.1 * layers))
+    link_x, query_x = -1.2, n_heads + 0.2
+    for layer in range(layers + 1):
+        ax.plot([link_x, link_x], [layer - 0.5, layer + 0.5], color="#1b9e77", lw=3, alpha=0.4)
+        ax.plot([query_x, query_x], [layer - 0.5, layer + 0.5], color="#d95f02", lw=3, alpha=0.4)
+    ax.text(link_x, -0.95, "link\npositions", ha="center", va="top", fontsize=8, color="#1b9e77")
+    ax.text(query_x, -0.95, "query\nposition", ha="center", va="top", fontsize=8, color="#d95f02")
+    ax.annotate("", (query_x, layers + 0.6), (query_x, layers + 0.05),
+                arrowprops={"arrowstyle": "->", "color": "#d95f02"})
+    ax.text(query_x, layers + 0.65, "answer", ha="center", va="bottom", fontsize=9, color="#d95f02")
+    for row in heads.itertuples():
+        x, y = row.head, row.layer + 0.5
+        inside = bool(row.in_circuit)
+        ax.add_patch(plt.Rectangle((x - 0.42, y - 0.3), 0.84, 0.6, facecolor=role_colour(row.role),
+                                   alpha=0.95 if inside else 0.25, edgecolor="black" if inside else "none", lw=1.5))
+        label = row.role if row.role != "none" else "–"
+        if inside:
+            label += f"\nΔ{row.mean_drop:+.2f}"
+        ax.text(x, y, label, ha="center", va="center", fontsize=7)
+        if not inside:
+            continue
+        if row.role.startswith("link"):
+            _arrow(ax, (link_x, y - 0.3), (x - 0.42, y), "#1b9e77")
+            _arrow(ax, (x - 0.42, y + 0.1), (link_x, y + 0.45), "#1b9e77")
+        else:
+            _arrow(ax, (link_x, y - 0.3), (x - 0.42, y - 0.1), "#888888")
+            _arrow(ax, (x + 0.42, y), (query_x, y + 0.35), role_colour(row.role))
+    ax.set_xlim(link_x - 0.8, query_x + 0.8)
+    ax.set_ylim(-1.6, layers + 1.0)
+    ax.set_yticks([layer + 0.5 for layer in range(layers)], [f"layer {layer + 1}" for layer in range(layers)])
+    ax.set_xticks(range(n_heads), [f"head {h}" for h in range(n_heads)], fontsize=8)
+    ax.tick_params(length=0)
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(textwrap.fill(title, width=60), fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _arrow(ax, start: tuple[float, float], end: tuple[float, float], colour: str) -> None:
+    ax.annotate("", end, start, arrowprops={"arrowstyle": "->", "color": colour, "lw": 1.2,
+                                            "connectionstyle": "arc3,rad=0.15"})

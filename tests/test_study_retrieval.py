@@ -1,0 +1,98 @@
+"""The stacked-heads study end to end at CPU scale on a small grid, through the command line."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pandas as pd
+import pytest
+
+from headway.cli.main import main
+from headway.errors import ConfigError
+from headway.studies.retrieval.plan import StudyPlan, study_plan
+
+pytestmark = pytest.mark.slow
+ARGS = ["study", "retrieval", "--scale", "cpu", "--layers", "1,2", "--hops", "1,2", "--seeds", "0,1",
+        "--curricula", "ic", "--conditional-hops", "none", "--steps", "1000", "--no-progress", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    assert main([*ARGS, "--out", str(out)]) == 0
+    return out
+
+
+def test_depth_law_holds_on_the_small_grid(study):
+    summary = json.loads((study / "summary.json").read_text())
+    minimum = {row["hops"]: row["measured_min_layers"] for row in summary["minimum_depth"]}
+    assert minimum == {1: 1, 2: 2}
+    verdicts = {v["claim"]: v["verdict"] for v in summary["verdicts"]}
+    assert verdicts["The minimum depth is ⌈log₃(2D)⌉ (IC, plain task)"] == "reproduced"
+
+
+def test_named_heads_carry_the_answer_and_no_other_head_matters(study):
+    results = pd.read_csv(study / "results.csv")
+    assert len(results) == 8
+    solved = results[results.solved]
+    assert len(solved) >= 6  # D=1 at both depths and D=2 with two layers, both seeds
+    assert (solved.circuit_heads >= 1).all()
+    assert (solved.circuit_ablated_accuracy <= solved.chance + 0.1).all()
+    assert (solved.max_other_head_drop < 0.05).all()
+    two_hop = solved[(solved.hops == 2) & (solved.layers == 2)]
+    assert len(two_hop) == 2
+    assert two_hop.circuit_roles.str.contains("L2 query→hop").all()  # the last layer reads at the query
+    assert (two_hop.query_reach_per_layer.str.split().str[-1].astype(int) == 2).all()
+
+
+def test_report_embeds_every_figure(study):
+    html = (study / "report.html").read_text()
+    figures = sorted((study / "figures").glob("*.png"))
+    names = {f.stem for f in figures}
+    assert {"depth_plain_ic_packed_causal_shuffled", "attention_plain", "circuit_plain", "emergence_heads",
+            "emergence_hops", "probe_reach", "probe_accuracy"} <= names
+    assert html.count('src="data:image/png;base64,') == len(figures)
+    for figure in figures:
+        assert base64.b64encode(figure.read_bytes()).decode() in html
+    assert "http://" not in html and "https://" not in html
+    assert "Claims checked" in html
+
+
+def test_rerun_reuses_runs_and_analyses(study, capsys):
+    before = {p: p.stat().st_mtime_ns for p in (study / "runs").rglob("*.safetensors")}
+    done = {p: p.stat().st_mtime_ns for p in (study / "analysis").rglob("done.json")}
+    assert main([*ARGS, "--out", str(study)]) == 0
+    assert before == {p: p.stat().st_mtime_ns for p in (study / "runs").rglob("*.safetensors")}
+    assert done == {p: p.stat().st_mtime_ns for p in (study / "analysis").rglob("done.json")}
+
+
+def test_plans_refuse_bad_axes():
+    with pytest.raises(ConfigError, match="curricula value 'sometimes'"):
+        StudyPlan(curricula=("sometimes",))
+    with pytest.raises(ConfigError, match="scale = 'huge'"):
+        study_plan("huge")
+    cpu = study_plan("cpu")
+    contrast = {(r.task.curriculum, r.task.hops) for r in cpu.depth_runs()}
+    assert contrast == {("ic", 1), ("ic", 2), ("ic", 3), ("none", 2)}
+    assert {r.task.curriculum for r in cpu.with_overrides(contrast_hops=()).depth_runs() if r.task.hops == 3} == {
+        "ic", "none"}
+    paper = study_plan("paper")
+    assert (len(paper.seeds), max(paper.layers), paper.depth_base.get("steps", 10_000)) == (8, 8, 10_000)
+    second = paper.conditional_runs()[0]
+    assert (len(paper.conditional_seeds), second.train.steps, second.train.batch_size, second.train.train_size,
+            second.task.curriculum) == (64, 24_000, 128, 2**18, "ic")
+
+
+def test_bad_study_option_is_one_line(tmp_path, capsys):
+    assert main(["study", "retrieval", "--out", str(tmp_path), "--layouts", "zigzag"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("headway: error:") and "zigzag" in err and len(err.splitlines()) == 1
+
+
+def test_dry_run_prints_the_cost_and_trains_nothing(tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main(["study", "retrieval", "--scale", "paper", "--out", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "depth: 704 runs in 88 ensembles" in text and "conditional: 768 runs in 12 ensembles" in text
+    assert not out.exists()
