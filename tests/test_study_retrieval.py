@@ -96,3 +96,5 @@ def test_dry_run_prints_the_cost_and_trains_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "depth: 704 runs in 88 ensembles" in text and "conditional: 768 runs in 12 ensembles" in text
     assert not out.exists()
+    assert main(["study", "retrieval", "--out", str(out), "--hops", "1..5", "--vocab", "24", "--dry-run"]) == 0
+    assert "depth: 54 runs in 18 ensembles" in capsys.readouterr().out

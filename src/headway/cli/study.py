@@ -41,10 +41,12 @@ def study() -> None:
 @click.option("--conditional-hops", default=None, help="Conditional grid: hop counts ('none' skips it).")
 @click.option("--conditional-seeds", default=None, help="Conditional grid: seeds.")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Override the training steps of every run.")
+@click.option("--vocab", type=click.IntRange(min=1), default=None,
+              help="Override the symbols V of every task (an example needs V >= K·(D+1)).")
 @click.option("--dry-run", is_flag=True, help="Print the grid, its ensembles and its training cost; train nothing.")
 @click.option("--progress/--no-progress", default=True, help="Progress bars on a terminal.")
-def retrieval(scale: str, out: Path, device: str, steps: int | None, dry_run: bool, progress: bool,
-              **axes: str | None) -> None:
+def retrieval(scale: str, out: Path, device: str, steps: int | None, vocab: int | None, dry_run: bool,
+              progress: bool, **axes: str | None) -> None:
     """The stacked-heads study: depth law, head roles, emergence, depth probes, conditional retrieval."""
     from headway.studies.retrieval.plan import study_plan
     from headway.studies.retrieval.study import run_study
@@ -57,8 +59,8 @@ def retrieval(scale: str, out: Path, device: str, steps: int | None, dry_run: bo
         empty = (option, text.strip().lower()) in (("conditional_hops", "none"), ("contrast_hops", "all"))
         overrides[field] = () if empty else tuple(parse_values(option.replace("_", "-"), text, kind))
     plan = study_plan(scale).with_overrides(**overrides)
-    if steps is not None:
-        plan = plan.with_steps(steps)
+    if steps is not None or vocab is not None:
+        plan = plan.with_settings(steps=steps, vocab=vocab)
     runs = plan.runs()
     if dry_run:
         _describe(plan)

@@ -81,10 +81,11 @@ class StudyPlan:
         """Every run of the study."""
         return self.depth_runs() + self.conditional_runs()
 
-    def with_steps(self, steps: int) -> StudyPlan:
-        """A copy whose runs all train for `steps` steps."""
-        return replace(self, depth_base={**self.depth_base, "steps": steps},
-                       conditional_base={**self.conditional_base, "steps": steps})
+    def with_settings(self, **settings: Any) -> StudyPlan:
+        """A copy with flat run settings (e.g. steps, vocab) set in both grids (None leaves one as it is)."""
+        given = {k: v for k, v in settings.items() if v is not None}
+        return replace(self, depth_base={**self.depth_base, **given},
+                       conditional_base={**self.conditional_base, **given})
 
     def with_overrides(self, **values: Any) -> StudyPlan:
         """A copy with the given fields replaced (None leaves a field as it is)."""
