@@ -141,9 +141,16 @@ def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, f
     plain_ic = minimal[(minimal.part == "plain") & (minimal.curriculum == "ic")]
     checkable = plain_ic.dropna(subset=["measured_min_layers"])
     agree = (checkable.measured_min_layers == checkable.bound).all() and len(checkable) > 0
-    numbers = "; ".join(
-        f"D={int(r.hops)}: measured {'none ≤ ' + str(int(r.max_layers_trained)) if pd.isna(r.measured_min_layers) else int(r.measured_min_layers)}, "
-        f"bound {int(r.bound)}" for r in plain_ic.itertuples())
+    variants = ("layout", "attention", "order")
+    several = len(plain_ic[list(variants)].drop_duplicates()) > 1
+
+    def describe(r: Any) -> str:
+        measured = (f"none ≤ {int(r.max_layers_trained)}" if pd.isna(r.measured_min_layers)
+                    else str(int(r.measured_min_layers)))
+        prefix = f"{'/'.join(str(getattr(r, v)) for v in variants)} " if several else ""
+        return f"{prefix}D={int(r.hops)}: measured {measured}, bound {int(r.bound)}"
+
+    numbers = "; ".join(describe(r) for r in plain_ic.itertuples())
     verdicts.append({"claim": "The minimum depth is ⌈log₃(2D)⌉ (IC, plain task)",
                      "verdict": "reproduced" if agree and len(checkable) == len(plain_ic) else
                      ("partly reproduced" if agree else "not reproduced"), "numbers": numbers})
