@@ -51,12 +51,6 @@ def statement_rows(cfg: RetrievalConfig, tokens: np.ndarray) -> np.ndarray:
     return tokens.reshape(tokens.shape[0], -1, width)
 
 
-def statement_of_position(cfg: RetrievalConfig) -> np.ndarray:
-    """Statement index of each model position [n_ctx]."""
-    per = 1 if cfg.layout == "packed" else cfg.statement_width
-    return np.arange(cfg.n_ctx) // per
-
-
 def reading_positions(cfg: RetrievalConfig) -> np.ndarray:
     """The model position read for each statement [P]: its last slot, which has seen the whole statement."""
     per = 1 if cfg.layout == "packed" else cfg.statement_width
