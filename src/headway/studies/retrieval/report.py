@@ -1,28 +1,21 @@
-"""Figures, `results.csv`, `summary.json` and the offline HTML report of the stacked-heads study."""
+"""Writes the stacked-heads study's outputs: `results.csv`, `depth_table.csv`, `summary.json`, the
+figures and the offline HTML report, section by section with the verdict on each claim."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from headway.analysis.emergence import emergence_table
-from headway.analysis.heads import statement_patterns
-from headway.analysis.positions import map_statements
-from headway.analysis.probes import probe_reach
 from headway.analysis.roles import MIN_DROP, THRESHOLD
 from headway.plots.depth import plot_depth
-from headway.plots.emergence import plot_emergence, plot_hop_accuracy
-from headway.plots.heads import plot_attention_maps, plot_circuit
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.report.html import Report
 from headway.runs import layout
-from headway.runs.store import load_model, load_runs, plain_value
 from headway.studies.depth import depth_table, measured_min_layers
-from headway.studies.retrieval.analyse import ANALYSIS_SEED
+from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
 from headway.studies.retrieval.results import (
     FACETS,
     NEAR_BASELINE,
@@ -34,14 +27,19 @@ from headway.studies.retrieval.results import (
     ic_cells,
     mechanism_table,
     order_verdict,
+    probe_reach_table,
+    results_table,
     role_curves,
+    summary_json,
 )
-from headway.tasks.retrieval import RetrievalConfig, generate
+
+if TYPE_CHECKING:
+    from headway.studies.retrieval.study import StudyData
 
 FIGURES = "figures"
 
 
-def write_outputs(data, out: Path, runs_dir: Path) -> Path:
+def write_outputs(data: StudyData, out: Path, runs_dir: Path) -> Path:
     """Write every output of the study from `data` (a StudyData, its runs under `runs_dir`) into `out`;
     return the report's path."""
     figures = out / FIGURES
@@ -55,13 +53,13 @@ def write_outputs(data, out: Path, runs_dir: Path) -> Path:
     facets = [f for f in FACETS if f in final.columns]
     depth = depth_table(metrics, threshold=SOLVED, by=tuple(facets))
     minimal = measured_min_layers(depth, by=tuple(facets))
-    reach = _reach(data.tables["probes"], final)
+    reach = probe_reach_table(data.tables["probes"], final)
     curves = role_curves(heads, data.tables["head_curves"], final)
     hops = hop_curves(metrics)
     cells = ic_cells(final)
     emergence = emergence_summary(curves, cells)
     hop_emergence = emergence_summary(hops, cells)
-    results = _results_table(mechanism, reach, curves)
+    results = results_table(mechanism, reach, curves)
     results.to_csv(out / "results.csv", index=False)
     depth.to_csv(out / "depth_table.csv", index=False)
 
@@ -76,7 +74,7 @@ def write_outputs(data, out: Path, runs_dir: Path) -> Path:
     _conditional_section(report, depth, minimal, mechanism, verdicts)
     _methods_section(report)
     report.section("All runs").table(results, "Per run: final accuracy, circuit, probe reach, emergence order.")
-    summary = _summary(data, final, minimal, mechanism, emergence, hop_emergence, reach, verdicts)
+    summary = summary_json(data, final, minimal, mechanism, emergence, hop_emergence, reach, verdicts)
     layout.write_json(out / "summary.json", summary)
     return _with_verdicts(report, verdicts).write(out / "report.html")
 
@@ -93,7 +91,7 @@ def _with_verdicts(report: Report, verdicts: list[dict[str, Any]]) -> Report:
     return head.extend(report)
 
 
-def _overview(report: Report, data, final: pd.DataFrame) -> None:
+def _overview(report: Report, data: StudyData, final: pd.DataFrame) -> None:
     plan = data.plan
     report.section("Overview")
     report.paragraph(
@@ -115,10 +113,6 @@ def _overview(report: Report, data, final: pd.DataFrame) -> None:
         "this invocation (training + analysis; finished work is reused)":
             f"{data.seconds['training_s'] + data.seconds['analysis_s']:.0f} s",
     }, "Study settings and hardware")
-
-
-def _facet_name(row: Any, facets: list[str]) -> str:
-    return ", ".join(f"{f} {getattr(row, f)}" for f in facets)
 
 
 def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, figures: Path,
@@ -167,55 +161,6 @@ def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, f
                        f"{len(none_solves)}; best non-IC accuracy {both['none'].max():.3f}."})
 
 
-def _pick_example(final: pd.DataFrame, part: str) -> pd.Series | None:
-    """The solved IC run of a part with the most hops at the fewest layers (lowest seed), preferring
-    runs with more than one layer."""
-    solved = final[(final.part == part) & (final.curriculum == "ic") & final.solved]
-    if solved.empty:
-        return None
-    ranked = solved.assign(single=solved.layers == 1).sort_values(  # a one-layer circuit shows little stacking
-        ["single", "hops", "layers", "seed"], ascending=[True, False, True, True])
-    return ranked.iloc[0]
-
-
-def _statement_labels(cfg: RetrievalConfig, rows: np.ndarray) -> list[str]:
-    """Short labels of one example's statements: `a=b` links, `Q:a` query (conditional: relation/class/rule)."""
-    labels = []
-    for row in rows[:-1]:
-        if not cfg.conditional:
-            labels.append(f"{row[0]}={row[1]}")
-            continue
-        marker = row[0] - cfg.vocab
-        if marker < cfg.relations:
-            labels.append(f"{row[1]}-r{marker}-{row[2]}")
-        elif marker == cfg.relations + cfg.classes:
-            labels.append(f"{row[1]}:c{row[2] - cfg.vocab - cfg.relations}")
-        else:
-            labels.append(f"c{row[1] - cfg.vocab - cfg.relations}→r{row[2] - cfg.vocab}")
-    query = rows[-1][1] if cfg.conditional else rows[-1][0]
-    return labels + [f"Q:{query}"]
-
-
-def _example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures: Path) -> list[Path]:
-    """Attention maps of the circuit heads on one example and the circuit diagram of one run."""
-    run_dir = Path(out_dir) / run.ensemble
-    members = load_runs(run_dir)
-    index = [r.run_id for r in members].index(run.run_id)
-    cfg = members[index].task
-    batch = generate(cfg, 1, np.random.default_rng(ANALYSIS_SEED + 1))
-    smap = map_statements(cfg, batch)
-    patterns = statement_patterns(load_model(run_dir, index), cfg, batch.tokens)[0, 0]
-    mine = heads[heads.run_id == run.run_id].sort_values(["layer", "head"])
-    key = mine[mine.in_circuit]
-    key = key if not key.empty else mine[mine.role != "none"]
-    name = f"{run.part}, D={run.hops}, {run.layers} layers, seed {run.seed}"
-    maps = plot_attention_maps(patterns, key, _statement_labels(cfg, smap.rows[0]),
-                               [int(s) for s in smap.hop_link[0] if s >= 0], figures / f"attention_{run.part}.png",
-                               f"Attention of the circuit heads on one example ({name}); red: queried chain")
-    diagram = plot_circuit(mine, figures / f"circuit_{run.part}.png", f"Circuit found automatically ({name})")
-    return [maps, diagram]
-
-
 def _mechanism_section(report: Report, runs_dir: Path, final: pd.DataFrame, heads: pd.DataFrame,
                        mechanism: pd.DataFrame, figures: Path, verdicts: list) -> None:
     report.section("Mechanism, found automatically")
@@ -225,10 +170,10 @@ def _mechanism_section(report: Report, runs_dir: Path, final: pd.DataFrame, head
         "and activation patching from root-swapped examples. The rule in Methods turns scores and effects "
         "into roles; the circuit is the set of heads it names.")
     for part in ("plain", "conditional"):
-        run = _pick_example(final, part)
+        run = pick_example(final, part)
         if run is None:
             continue
-        maps, diagram = _example_figures(runs_dir, run, heads, figures)
+        maps, diagram = example_figures(runs_dir, run, heads, figures)
         report.figure(maps, f"Attention maps of the circuit heads of one {part} model on one example "
                             "(rows: attending statement, columns: attended statement).")
         report.figure(diagram, f"Circuit diagram of the same {part} model: roles per head, circuit heads "
@@ -264,7 +209,7 @@ def _emergence_section(report: Report, final: pd.DataFrame, curves: pd.DataFrame
         "per-hop validation accuracy. A unit emerges at the first checkpoint from which its score stays at or "
         "above half-way between its initial and final values (no emergence when it rises by less than 0.2). "
         "Consistency across seeds: share of seeds with the most common order and Kendall τ between seeds.")
-    for figure, (cell, units) in _emergence_figures(final, curves, hops, figures).items():
+    for figure, (cell, units) in emergence_figures(final, curves, hops, figures).items():
         report.figure(figure, f"{units} over training, per seed ({cell.part} task, D={cell.hops}, {cell.layers} "
                               "layers: the solved multi-hop cell with the most seeds); dashed: emergence step.")
     if not emergence.empty:
@@ -287,30 +232,6 @@ def _emergence_section(report: Report, final: pd.DataFrame, curves: pd.DataFrame
             hop_cells, lambda cell: " → ".join(f"hop {k}" for k in range(1, cell.hops + 1)))
         verdicts.append({"claim": "Implicit curriculum: hop k is learned before hop k+1", "verdict": verdict,
                          "numbers": numbers})
-
-
-def _emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFrame,
-                       figures: Path) -> dict[Path, tuple[Any, str]]:
-    """Role-score and hop-accuracy curves of the plain IC cell with D > 1 solved by the most seeds
-    (then the most hops, then the fewest layers)."""
-    cells = ic_cells(final)
-    cells = cells[(cells.part == "plain") & (cells.hops > 1)]
-    if cells.empty:
-        return {}
-    cells = cells.assign(seeds=cells.run_ids.map(len)).sort_values(["seeds", "hops", "layers"],
-                                                                   ascending=[False, False, True])
-    cell = cells.iloc[0]
-    chance = float(final[final.run_id.isin(cell.run_ids)].chance.iloc[0])
-    out = {}
-    mine = curves[curves.run_id.isin(cell.run_ids)]
-    if not mine.empty:
-        out[plot_emergence(mine, emergence_table(mine), figures / "emergence_heads.png")] = (
-            cell, "Role scores of the circuit groups")
-    mine = hops[hops.run_id.isin(cell.run_ids)]
-    if not mine.empty:
-        out[plot_hop_accuracy(mine, emergence_table(mine), figures / "emergence_hops.png", chance=chance)] = (
-            cell, "Per-hop validation accuracy (dotted: chance)")
-    return out
 
 
 def _probe_section(report: Report, probes: pd.DataFrame, reach: pd.DataFrame, final: pd.DataFrame,
@@ -384,48 +305,3 @@ def _methods_section(report: Report) -> None:
                     "Details and the reasons behind each choice: `docs/study-retrieval.md` in the headway repository."])
 
 
-def _reach(probes: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
-    """Probe reach per run, site and layer."""
-    if probes.empty:
-        return pd.DataFrame(columns=["run_id", "site", "layer", "reach", "bound_theorem", "tripling"])
-    frames = [probe_reach(group).assign(run_id=run_id) for run_id, group in probes.groupby("run_id")]
-    return pd.concat(frames, ignore_index=True).merge(final[["run_id"]], on="run_id")
-
-
-def _results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: mechanism columns, the query reach after each layer and the emergence order."""
-    table = mechanism.copy()
-    query = reach[reach.site == "query"]
-    if not query.empty:
-        text = query.sort_values("layer").groupby("run_id").reach.agg(lambda r: " ".join(str(int(v)) for v in r))
-        table["query_reach_per_layer"] = table.run_id.map(text).fillna("")
-    if not curves.empty:
-        orders = emergence_table(curves.assign(seed=curves.run_id))
-        order = (orders.dropna(subset=["emergence_step"]).sort_values(["emergence_step", "unit"])
-                 .groupby("seed").unit.agg(" → ".join))
-        table["emergence_order"] = table.run_id.map(order).fillna("")
-    return table
-
-
-def _summary(data, final, minimal, mechanism, emergence, hop_emergence, reach, verdicts) -> dict[str, Any]:
-    """The machine-readable summary: settings, hardware, timings, the tables that back each verdict."""
-    def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-        return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
-
-    return {
-        "scale": data.plan.scale, "runs": len(final), "hardware": data.hardware,
-        "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
-        "verdicts": verdicts, "minimum_depth": records(minimal),
-        "mechanism": records(mechanism.drop(columns=["run_id"])),
-        "emergence": records(emergence), "hop_emergence": records(hop_emergence),
-        "probe_reach": records(reach),
-    }
-
-
-def _json_value(value: Any) -> Any:
-    value = plain_value(value)
-    if isinstance(value, float) and math.isinf(value):
-        return None
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [_json_value(v) for v in value]
-    return value

@@ -1,17 +1,24 @@
-"""Study-level results from the trained runs and their analyses: the per-run table, emergence units
-and the verdict on each claim of the paper (numbers kept, never hidden when a claim fails)."""
+"""Study-level tables from the trained runs and their analyses: final accuracies, the per-run
+mechanism and results tables, emergence units and their consistency, probe reach, and the
+machine-readable summary (numbers kept, never hidden when a claim fails)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from headway.analysis.emergence import emergence_table, order_consistency
+from headway.analysis.probes import probe_reach
 from headway.analysis.roles import role_columns
+from headway.runs.store import plain_value
 from headway.studies.depth import final_accuracy
+
+if TYPE_CHECKING:
+    from headway.studies.retrieval.study import StudyData
 
 FACETS = ("part", "curriculum", "layout", "attention", "order")
 SOLVED = 0.9
@@ -111,3 +118,52 @@ def order_verdict(cells: pd.DataFrame, expected: Callable[[Any], str] | None = N
     return verdict, "; ".join(parts) + ("." if not tied else
                                         ". Ties: two units emerged at the same checkpoint, so their order is "
                                         "not resolved at this checkpoint spacing.")
+
+
+def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """Probe reach per run, site and layer."""
+    if probes.empty:
+        return pd.DataFrame(columns=["run_id", "site", "layer", "reach", "bound_theorem", "tripling"])
+    frames = [probe_reach(group).assign(run_id=run_id) for run_id, group in probes.groupby("run_id")]
+    return pd.concat(frames, ignore_index=True).merge(final[["run_id"]], on="run_id")
+
+
+def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: mechanism columns, the query reach after each layer and the emergence order."""
+    table = mechanism.copy()
+    query = reach[reach.site == "query"]
+    if not query.empty:
+        text = query.sort_values("layer").groupby("run_id").reach.agg(lambda r: " ".join(str(int(v)) for v in r))
+        table["query_reach_per_layer"] = table.run_id.map(text).fillna("")
+    if not curves.empty:
+        orders = emergence_table(curves.assign(seed=curves.run_id))
+        order = (orders.dropna(subset=["emergence_step"]).sort_values(["emergence_step", "unit"])
+                 .groupby("seed").unit.agg(" → ".join))
+        table["emergence_order"] = table.run_id.map(order).fillna("")
+    return table
+
+
+def summary_json(data: StudyData, final: pd.DataFrame, minimal: pd.DataFrame, mechanism: pd.DataFrame,
+                 emergence: pd.DataFrame, hop_emergence: pd.DataFrame, reach: pd.DataFrame,
+                 verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The machine-readable summary: settings, hardware, timings, the tables that back each verdict."""
+    def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+        return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+    return {
+        "scale": data.plan.scale, "runs": len(final), "hardware": data.hardware,
+        "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
+        "verdicts": verdicts, "minimum_depth": records(minimal),
+        "mechanism": records(mechanism.drop(columns=["run_id"])),
+        "emergence": records(emergence), "hop_emergence": records(hop_emergence),
+        "probe_reach": records(reach),
+    }
+
+
+def _json_value(value: Any) -> Any:
+    value = plain_value(value)
+    if isinstance(value, float) and math.isinf(value):
+        return None
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_json_value(v) for v in value]
+    return value

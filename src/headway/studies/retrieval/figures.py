@@ -1,0 +1,93 @@
+"""The report's per-model figures: which model shows the circuit, which cell shows emergence, and
+the drawing of both (the depth and probe figures need no choice of model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headway.analysis.emergence import emergence_table
+from headway.analysis.heads import statement_patterns
+from headway.analysis.positions import map_statements
+from headway.plots.emergence import plot_emergence, plot_hop_accuracy
+from headway.plots.heads import plot_attention_maps, plot_circuit
+from headway.runs.store import load_model, load_runs
+from headway.studies.retrieval.analyse import ANALYSIS_SEED
+from headway.studies.retrieval.results import ic_cells
+from headway.tasks.retrieval import RetrievalConfig, generate
+
+
+def pick_example(final: pd.DataFrame, part: str) -> pd.Series | None:
+    """The solved IC run of a part with the most hops at the fewest layers (lowest seed), preferring
+    runs with more than one layer."""
+    solved = final[(final.part == part) & (final.curriculum == "ic") & final.solved]
+    if solved.empty:
+        return None
+    ranked = solved.assign(single=solved.layers == 1).sort_values(  # a one-layer circuit shows little stacking
+        ["single", "hops", "layers", "seed"], ascending=[True, False, True, True])
+    return ranked.iloc[0]
+
+
+def _statement_labels(cfg: RetrievalConfig, rows: np.ndarray) -> list[str]:
+    """Short labels of one example's statements: `a=b` links, `Q:a` query (conditional: relation/class/rule)."""
+    labels = []
+    for row in rows[:-1]:
+        if not cfg.conditional:
+            labels.append(f"{row[0]}={row[1]}")
+            continue
+        marker = row[0] - cfg.vocab
+        if marker < cfg.relations:
+            labels.append(f"{row[1]}-r{marker}-{row[2]}")
+        elif marker == cfg.relations + cfg.classes:
+            labels.append(f"{row[1]}:c{row[2] - cfg.vocab - cfg.relations}")
+        else:
+            labels.append(f"c{row[1] - cfg.vocab - cfg.relations}→r{row[2] - cfg.vocab}")
+    query = rows[-1][1] if cfg.conditional else rows[-1][0]
+    return labels + [f"Q:{query}"]
+
+
+def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures: Path) -> list[Path]:
+    """Attention maps of the circuit heads on one example and the circuit diagram of one run."""
+    run_dir = Path(out_dir) / run.ensemble
+    members = load_runs(run_dir)
+    index = [r.run_id for r in members].index(run.run_id)
+    cfg = members[index].task
+    batch = generate(cfg, 1, np.random.default_rng(ANALYSIS_SEED + 1))
+    smap = map_statements(cfg, batch)
+    patterns = statement_patterns(load_model(run_dir, index), cfg, batch.tokens)[0, 0]
+    mine = heads[heads.run_id == run.run_id].sort_values(["layer", "head"])
+    key = mine[mine.in_circuit]
+    key = key if not key.empty else mine[mine.role != "none"]
+    name = f"{run.part}, D={run.hops}, {run.layers} layers, seed {run.seed}"
+    maps = plot_attention_maps(patterns, key, _statement_labels(cfg, smap.rows[0]),
+                               [int(s) for s in smap.hop_link[0] if s >= 0], figures / f"attention_{run.part}.png",
+                               f"Attention of the circuit heads on one example ({name}); red: queried chain")
+    diagram = plot_circuit(mine, figures / f"circuit_{run.part}.png", f"Circuit found automatically ({name})")
+    return [maps, diagram]
+
+
+def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFrame,
+                       figures: Path) -> dict[Path, tuple[Any, str]]:
+    """Role-score and hop-accuracy curves of the plain IC cell with D > 1 solved by the most seeds
+    (then the most hops, then the fewest layers)."""
+    cells = ic_cells(final)
+    cells = cells[(cells.part == "plain") & (cells.hops > 1)]
+    if cells.empty:
+        return {}
+    cells = cells.assign(seeds=cells.run_ids.map(len)).sort_values(["seeds", "hops", "layers"],
+                                                                   ascending=[False, False, True])
+    cell = cells.iloc[0]
+    chance = float(final[final.run_id.isin(cell.run_ids)].chance.iloc[0])
+    out = {}
+    mine = curves[curves.run_id.isin(cell.run_ids)]
+    if not mine.empty:
+        out[plot_emergence(mine, emergence_table(mine), figures / "emergence_heads.png")] = (
+            cell, "Role scores of the circuit groups")
+    mine = hops[hops.run_id.isin(cell.run_ids)]
+    if not mine.empty:
+        out[plot_hop_accuracy(mine, emergence_table(mine), figures / "emergence_hops.png", chance=chance)] = (
+            cell, "Per-hop validation accuracy (dotted: chance)")
+    return out
