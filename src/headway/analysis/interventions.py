@@ -120,20 +120,15 @@ def head_effects(intervention: HeadIntervention, kinds: tuple[str, ...] = KINDS)
     """Per (instance, layer, head): accuracy after each intervention on that head alone and the drop
     from the clean accuracy; for patching also the flip rate to the corrupted answer."""
     clean = intervention.accuracy(intervention.clean_prediction)
-    rows = []
+    frames = []
     for layer, head, mask in intervention.single_heads():
-        row = {"layer": layer, "head": head}
+        columns = {}
         for kind in kinds:
             prediction = intervention.run(mask, kind)
-            row[f"{kind}_accuracy"] = intervention.accuracy(prediction)
-            row[f"{kind}_drop"] = clean - row[f"{kind}_accuracy"]
+            columns[f"{kind}_accuracy"] = intervention.accuracy(prediction)
+            columns[f"{kind}_drop"] = clean - columns[f"{kind}_accuracy"]
             if kind == "patch":
-                row["patch_flip"] = intervention.flip_rate(prediction)
-        rows.append(row)
-    frames = []
-    for e in range(len(clean)):
-        frame = pd.DataFrame([{k: (v[e] if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in rows])
-        frame.insert(0, "instance", e)
-        frame["clean_accuracy"] = clean[e]
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+                columns["patch_flip"] = intervention.flip_rate(prediction)
+        frames.append(pd.DataFrame({"instance": np.arange(len(clean)), "layer": layer, "head": head, **columns,
+                                    "clean_accuracy": clean}))
+    return pd.concat(frames).sort_values(["instance", "layer", "head"], kind="stable").reset_index(drop=True)

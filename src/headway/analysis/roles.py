@@ -91,9 +91,8 @@ def _mask(heads: pd.DataFrame, selected: np.ndarray, intervention: HeadIntervent
 def _group_drops(heads: pd.DataFrame, intervention: HeadIntervention) -> np.ndarray:
     """Mean-ablation drop of each head's (layer, role) group; NaN for heads without a role.
     Instance e ablates its k-th group in forward k, so all instances share each forward pass."""
-    groups = [g for g in heads[heads.role != "none"].groupby(["instance", "layer", "role"]).groups.items()]
     by_instance: dict[int, list] = {}
-    for (instance, _, _), index in groups:
+    for (instance, _, _), index in heads[heads.role != "none"].groupby(["instance", "layer", "role"]).groups.items():
         by_instance.setdefault(instance, []).append(index)
     clean = intervention.accuracy(intervention.clean_prediction)
     drops = np.full(len(heads), np.nan)

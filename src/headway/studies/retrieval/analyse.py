@@ -20,7 +20,7 @@ from headway.analysis.positions import map_statements
 from headway.analysis.probes import depth_probes
 from headway.analysis.roles import attention_roles, circuit_check, name_circuit
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps
+from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model, load_runs
 from headway.tasks.retrieval import generate
@@ -96,9 +96,9 @@ def _analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], d
     curves = []
     few = batch.subset(slice(0, curve_examples))
     few_map = map_statements(task, few)
-    for step in checkpoint_steps(run_dir):
-        snapshot = load_model(run_dir, members, step=step, device=device)
-        frame = head_scores(statement_patterns(snapshot, task, few.tokens), task, few_map, causal)
+    for step in checkpoint_steps(run_dir):  # the final analyses are done: the model takes each checkpoint's weights
+        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), members)
+        frame = head_scores(statement_patterns(model, task, few.tokens), task, few_map, causal)
         frame.insert(0, "step", step)
         curves.append(frame)
     tables = {"heads": heads, "circuit": circuit, "head_curves": pd.concat(curves, ignore_index=True),
