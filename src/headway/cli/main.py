@@ -16,13 +16,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from headway.cli import data, demo, show, study, train
+    from headway.cli import data, demo, llm_eval, show, study, train
 
     cli.add_command(data.data)
     cli.add_command(train.train)
     cli.add_command(show.show)
     cli.add_command(demo.demo)
     cli.add_command(study.study)
+    cli.add_command(llm_eval.llm_eval)
 
 
 _register()

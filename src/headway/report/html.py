@@ -27,6 +27,8 @@ a { color: #0969da; text-decoration: none; }
 a:hover { text-decoration: underline; }
 code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 0.9em;
        background: #eff1f3; padding: 0.1em 0.3em; border-radius: 4px; }
+pre { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 6px; padding: 0.7rem 1rem; overflow-x: auto; }
+pre code { background: none; padding: 0; font-size: 0.85rem; }
 figure { margin: 1.5rem 0; text-align: center; }
 figure img { max-width: 100%; height: auto; }
 figcaption, caption { color: #424a53; font-size: 0.95rem; margin: 0.4rem 0; }
@@ -132,6 +134,11 @@ class Report:
         """An unordered list; each item takes the same inline markup as a paragraph."""
         rows = "".join(f"\n  <li>{_inline(item)}</li>" for item in items)
         self._blocks.append(f"<ul>{rows}\n</ul>")
+        return self
+
+    def code_block(self, text: str) -> Self:
+        """A preformatted block of escaped text shown verbatim (e.g. a prompt), line breaks and spaces kept."""
+        self._blocks.append(f"<pre><code>{escape(text)}</code></pre>")
         return self
 
     def callout(self, text: str, kind: str = "note") -> Self:

@@ -1,0 +1,173 @@
+"""An on-disk cache of backend answers, so an interrupted evaluation resumes without asking the model again.
+
+Answers are keyed by the backend's `kind` and `model_id`, the method and the request itself, and
+stored as JSON in one SQLite file. `CachedBackend` writes each chunk of answers as soon as the
+inner backend returns it, so stopping a run (Ctrl-C, a crash, a lost server) loses at most one chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from headway.errors import ConfigError
+from headway.llm.backend import Backend, LoglikRequest, Progress
+
+# SQLite limits the number of `?` parameters in one statement (999 in older builds).
+_KEYS_PER_QUERY = 500
+
+
+def request_key(kind: str, model_id: str, method: str, payload: Mapping[str, Any]) -> str:
+    """SHA-256 hex digest of a canonical JSON of the request, so equal requests share one cache entry."""
+    text = json.dumps([kind, model_id, method, payload], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """A key → JSON value store in one SQLite file, safe to share between threads.
+
+    Every `put_many` commits at once, so what was written survives the process being killed.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        """Open (or create, with its parent folders) the cache file at `path`."""
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, check_same_thread=False)
+        except (OSError, sqlite3.Error) as error:
+            raise ConfigError(f"cannot open the response cache {self.path}: {error}; choose a writable path") from error
+        try:
+            with self._db:
+                self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        except sqlite3.Error as error:
+            self._db.close()
+            raise ConfigError(
+                f"{self.path} is not a usable response cache ({error}); delete it or choose another path"
+            ) from error
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The stored value of each key that is present; absent keys are left out."""
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, Any] = {}
+        with self._lock:
+            for start in range(0, len(wanted), _KEYS_PER_QUERY):
+                part = wanted[start:start + _KEYS_PER_QUERY]
+                marks = ",".join("?" * len(part))
+                rows = self._db.execute(f"SELECT key, value FROM responses WHERE key IN ({marks})", part)
+                found.update((key, json.loads(value)) for key, value in rows)
+        return found
+
+    def put_many(self, items: Mapping[str, Any]) -> None:
+        """Store (or replace) each key's JSON-encodable value and commit at once."""
+        rows = [(key, json.dumps(value)) for key, value in items.items()]
+        with self._lock, self._db:
+            self._db.executemany("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", rows)
+
+    def __len__(self) -> int:
+        """Number of stored answers."""
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+
+    def close(self) -> None:
+        """Close the file; the cache cannot be used afterwards."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Self:
+        """Use the cache in a `with` block that closes it."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the cache when the `with` block ends."""
+        self.close()
+
+
+class CachedBackend(Backend):
+    """A backend that answers repeated requests from a `ResponseCache` and sends only the rest to `inner`.
+
+    Misses go to `inner` in chunks of `chunk` requests and each chunk's answers are stored as soon as
+    they return. Identical requests within one call are asked once. `misses` counts requests sent to
+    `inner`; `hits` counts requests answered without it (stored earlier, or a repeat within the call).
+    `close()` closes `inner` but not the cache: whoever opened the cache closes it, so one cache can
+    serve several backends in turn.
+    """
+
+    def __init__(self, inner: Backend, cache: ResponseCache, chunk: int = 32) -> None:
+        """Wrap `inner`, taking its kind, model and capabilities, which also key the cache."""
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ConfigError(f"chunk = {chunk!r} is invalid; use a whole number >= 1")
+        self.inner = inner
+        self.cache = cache
+        self.chunk = chunk
+        self.kind = inner.kind
+        self.model_id = inner.model_id
+        self.supports_loglik = inner.supports_loglik
+        self.supports_generate = inner.supports_generate
+        self.hits = 0
+        self.misses = 0
+
+    def loglikelihood(self, requests: Sequence[LoglikRequest], progress: Progress | None = None) -> list[float]:
+        """Scores from the cache where stored, from `inner` otherwise, in request order."""
+        payloads = [{"context": r.context, "continuation": r.continuation} for r in requests]
+
+        def ask(batch: list[dict[str, Any]], report: Progress | None) -> list[Any]:
+            """Score a chunk of missing requests with the inner backend."""
+            return self.inner.loglikelihood([LoglikRequest(**payload) for payload in batch], report)
+
+        return self._answer("loglikelihood", payloads, ask, progress)
+
+    def generate(self, prompts: Sequence[str], max_tokens: int, progress: Progress | None = None) -> list[str]:
+        """Replies from the cache where stored, from `inner` otherwise, in prompt order."""
+        payloads = [{"prompt": prompt, "max_tokens": max_tokens} for prompt in prompts]
+
+        def ask(batch: list[dict[str, Any]], report: Progress | None) -> list[Any]:
+            """Generate replies to a chunk of missing prompts with the inner backend."""
+            return self.inner.generate([payload["prompt"] for payload in batch], max_tokens, report)
+
+        return self._answer("generate", payloads, ask, progress)
+
+    def close(self) -> None:
+        """Close the inner backend (the cache stays open for its owner to close)."""
+        self.inner.close()
+
+    def _answer(
+        self,
+        method: str,
+        payloads: list[dict[str, Any]],
+        ask: Callable[[list[dict[str, Any]], Progress | None], list[Any]],
+        progress: Progress | None,
+    ) -> list[Any]:
+        """Answer each payload from the cache or, chunk by chunk, from `ask`, storing each chunk at once.
+
+        Progress counts every request, repeats included, so it adds up to len(payloads).
+        """
+        keys = [request_key(self.kind, self.model_id, method, payload) for payload in payloads]
+        copies: dict[str, int] = {}
+        for key in keys:
+            copies[key] = copies.get(key, 0) + 1
+        answers = self.cache.get_many(copies)
+        stored = sum(copies[key] for key in answers)
+        self.hits += stored
+        if progress is not None and stored:
+            progress(stored)
+        payload_of = dict(zip(keys, payloads, strict=True))
+        missing = [key for key in copies if key not in answers]
+        for start in range(0, len(missing), self.chunk):
+            part = missing[start:start + self.chunk]
+            self.misses += len(part)
+            replies = ask([payload_of[key] for key in part], progress)
+            fresh = dict(zip(part, replies, strict=True))
+            self.cache.put_many(fresh)
+            answers.update(fresh)
+            repeats = sum(copies[key] - 1 for key in part)
+            self.hits += repeats
+            if progress is not None and repeats:
+                progress(repeats)
+        return [answers[key] for key in keys]

@@ -1,0 +1,206 @@
+"""Writes the prompted-LLM evaluation report: settings, a verdict per formulation, accuracy over hops, the
+results table, unparseable replies and one example prompt per formulation, in one offline HTML file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import takewhile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from headway.errors import ConfigError
+from headway.llm.evaluate import METRICS
+from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
+from headway.report.html import Report
+from headway.tasks.formulations import FORMULATIONS
+from headway.tasks.questions import ANSWER_CUE, REPLY_RULE, Question
+
+FIGURE = Path("figures") / "accuracy_vs_hops.png"
+# Readable names of the known `meta` keys, in the order the summary lists them; other keys follow as given.
+META_NAMES = {
+    "model": "model", "backend": "backend", "scoring": "scoring modes", "seed": "seed",
+    "questions_per_cell": "questions per cell", "max_hops": "max hops", "seconds": "time taken",
+    "cache_hits": "cache hits", "cache_misses": "cache misses",
+}
+ALL_METRICS = tuple(metric for metrics in METRICS.values() for metric in metrics)
+ABOVE_RULE = "(Wilson interval excludes chance)"
+
+
+def write_report(out: Path, results: pd.DataFrame, per_question: pd.DataFrame, questions: Sequence[Question],
+                 meta: dict) -> Path:
+    """Write `out/report.html` (its figure under `out/figures`) from the evaluation's tables; return its path."""
+    out = Path(out)
+    subtitle = " · ".join(f"{name} `{meta[key]}`" for key, name in (("model", "model"), ("backend", "backend"))
+                          if key in meta)
+    report = Report("Prompted language models on the retrieval formulations", subtitle)
+    _summary(report, results, questions, meta)
+    _verdicts(report, results)
+    _figure(report, results, out / FIGURE, meta)
+    _results(report, results)
+    _examples(report, questions, per_question)
+    return report.write(out / "report.html")
+
+
+def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
+    """One plain sentence on a formulation under `metric`: accuracy at the fewest and most hops, chance,
+    and up to how many hops the Wilson interval stays above chance, so the report's claims follow the numbers."""
+    cell = results[(results.formulation == formulation) & (results.metric == metric)].sort_values("hops")
+    if cell.empty:
+        raise ConfigError(f"no results for formulation {formulation!r} with metric {metric!r}")
+    first, last = cell.iloc[0], cell.iloc[-1]
+    trend = f"{metric} {first.accuracy:.2f} at {_hops(first.hops)}"
+    chance = f"chance {first.chance:.2f}"
+    if len(cell) > 1:
+        trend += f" → {last.accuracy:.2f} at {_hops(last.hops)}"
+        if f"{last.chance:.2f}" != f"{first.chance:.2f}":
+            chance += f" → {last.chance:.2f}"
+    return f"{FORMULATIONS[formulation].label}: {trend} ({chance}); {_above_chance(cell)}"
+
+
+def _above_chance(cell: pd.DataFrame) -> str:
+    """Where one formulation × metric is above chance: up to which hop count, then any later hop counts."""
+    hops = [int(h) for h in cell.hops]
+    above = [int(h) for h in cell.hops[cell.ci_low > cell.chance]]
+    if not above:
+        return "not above chance at any hop count (no Wilson interval lies above chance)"
+    leading = list(takewhile(lambda h: h in above, hops))
+    if not leading:
+        return f"above chance {ABOVE_RULE} only at {_hops(*above)}"
+    if leading == hops:
+        return f"above chance {ABOVE_RULE} up to {_hops(hops[-1])}, the most tested"
+    later = above[len(leading):]
+    again = f", and again at {_hops(*later)}" if later else ""
+    return f"above chance {ABOVE_RULE} up to {_hops(leading[-1])}{again}"
+
+
+def _hops(*counts: int) -> str:
+    """'1 hop', '3 hops' or '5, 7 hops'."""
+    return f"{', '.join(str(int(c)) for c in counts)} hop{'' if counts == (1,) else 's'}"
+
+
+def results_table(results: pd.DataFrame) -> pd.DataFrame:
+    """The results for reading: one row per formulation × metric × hops, accuracy, Wilson interval and
+    chance as percentages, and unparseable replies where generate mode ran."""
+    keys, metrics = formulation_order(results.formulation), metric_order(results.metric)
+    rows = (results.assign(_f=results.formulation.map(keys.index), _m=results.metric.map(metrics.index))
+            .sort_values(["_f", "_m", "hops"]).reset_index(drop=True))
+    table = pd.DataFrame({
+        "formulation": rows.formulation.map(lambda key: FORMULATIONS[key].label),
+        "metric": rows.metric,
+        "hops": rows.hops,
+        "n": rows.n,
+        "correct": rows.correct,
+        "accuracy": rows.accuracy.map(_percent),
+        "95% interval": [f"{_percent(low)} – {_percent(high)}" for low, high in zip(rows.ci_low, rows.ci_high)],
+        "chance": rows.chance.map(_percent),
+    })
+    if "exact_match" in metrics:
+        table["unparseable"] = pd.array(rows.unparseable.where(rows.metric == "exact_match"), dtype="Int64")
+    return table
+
+
+def _percent(share: float) -> str:
+    """A share in 0..1 as a percentage with one decimal."""
+    return f"{100 * share:.1f}%"
+
+
+def _summary(report: Report, results: pd.DataFrame, questions: Sequence[Question], meta: dict) -> None:
+    """Open with what was asked and how it was scored, then the settings and timings from `meta`."""
+    report.section("Summary")
+    report.paragraph(
+        "A language model answers prompted retrieval questions: chains of links written in words (variable "
+        "assignments, code, boxes, conditional rules, family trees), where the answer is found by following "
+        "the queried chain for a given number of hops. Log-likelihood mode scores every option as a "
+        "continuation of the prompt (`acc`: highest total log-probability, `acc_norm`: highest per character); "
+        "generate mode asks for a reply and parses it against the options (`exact_match`; unparseable replies "
+        "count as wrong). Every accuracy comes with its Wilson 95% interval.")
+    report.key_values(_settings(results, questions, meta), "Evaluation settings")
+
+
+def _settings(results: pd.DataFrame, questions: Sequence[Question], meta: dict) -> dict[str, Any]:
+    """The summary's name → value pairs: the known `meta` keys first, then the others, then counts."""
+    pairs = {META_NAMES.get(key, key.replace("_", " ")): _setting(key, meta[key])
+             for key in [*(k for k in META_NAMES if k in meta), *(k for k in meta if k not in META_NAMES)]}
+    return {**pairs, "questions": len(questions),
+            "formulations": ", ".join(FORMULATIONS[key].label for key in formulation_order(results.formulation)),
+            "metrics": ", ".join(metric_order(results.metric))}
+
+
+def _setting(key: str, value: Any) -> Any:
+    """One `meta` value for display: lists joined, seconds as a duration."""
+    if key == "seconds":
+        minutes, seconds = divmod(round(float(value)), 60)
+        return f"{minutes} min {seconds} s" if minutes else f"{float(value):.1f} s"
+    return ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+
+
+def _verdicts(report: Report, results: pd.DataFrame) -> None:
+    """One verdict per formulation × metric, so the headline reads without the table."""
+    report.section("Verdicts")
+    report.paragraph(
+        "Per formulation and metric: accuracy at the fewest and the most hops asked about, the chance level "
+        "(1 / number of options), and the hop counts at which the model is above chance, meaning the lower end "
+        "of the Wilson 95% interval lies above chance.")
+    report.bullets([verdict(results, key, metric) for key in formulation_order(results.formulation)
+                    for metric in metric_order(results[results.formulation == key].metric)])
+
+
+def _figure(report: Report, results: pd.DataFrame, path: Path, meta: dict) -> None:
+    """Draw accuracy over hops to `path` and embed it."""
+    title = f"{meta['model']}: accuracy over hops (error bars: Wilson 95% interval)" if "model" in meta else None
+    report.section("Accuracy over hops")
+    report.figure(accuracy_vs_hops(results, path, title=title),
+                  "Accuracy over hops per formulation and metric, with Wilson 95% intervals. Dashed grey: chance "
+                  "(1 / number of options), which falls with hops for F5, whose options are every other person.")
+
+
+def _results(report: Report, results: pd.DataFrame) -> None:
+    """The full results table, then (generate mode) how many replies could not be parsed per formulation."""
+    table = results_table(results)
+    report.section("Results")
+    report.table(table, "Accuracy per formulation × metric × hops, with the Wilson 95% interval and chance.",
+                 max_rows=max(len(table), 1))
+    generated = results[results.metric == "exact_match"]
+    if generated.empty:
+        return
+    totals = generated.groupby("formulation")[["unparseable", "n"]].sum()
+    parts = [f"{FORMULATIONS[key].label}: {totals.unparseable[key]} of {totals.n[key]} "
+             f"({_percent(totals.unparseable[key] / totals.n[key])})" for key in formulation_order(totals.index)]
+    report.callout("**Unparseable replies** in generate mode (counted as wrong): " + "; ".join(parts) + ".",
+                   "warning" if totals.unparseable.sum() else "ok")
+
+
+def _examples(report: Report, questions: Sequence[Question], per_question: pd.DataFrame) -> None:
+    """One prompt per formulation verbatim, with its options, the correct answer and what the model chose."""
+    report.section("Example prompts")
+    report.paragraph(
+        "The first question of each formulation at its fewest hops, as read in log-likelihood mode, where each "
+        f"option is scored as a continuation after `{ANSWER_CUE}`; in generate mode the last line is "
+        f"`{REPLY_RULE}` instead.")
+    answers = per_question.set_index("id")
+    for key in formulation_order(q.formulation for q in questions):
+        question = min((q for q in questions if q.formulation == key), key=lambda q: q.hops)
+        form = FORMULATIONS[key]
+        report.paragraph(f"**{form.label}** ({form.title}), {_hops(question.hops)}, question `{question.id}`:")
+        report.code_block(question.prompt)
+        report.paragraph(f"Options: {', '.join(f'`{c}`' for c in question.choices)}. "
+                         f"Correct answer: **{question.answer}**.")
+        if question.id in answers.index:
+            _model_answer(report, answers.loc[question.id], question)
+
+
+def _model_answer(report: Report, row: pd.Series, question: Question) -> None:
+    """What the model chose for the example under each metric, and its generated reply if there is one."""
+    parts = []
+    for metric in ALL_METRICS:
+        pred = row.get(f"pred_{metric}")
+        if pred is None or pd.isna(pred):
+            continue
+        chosen = "nothing parseable" if pred < 0 else f"`{question.choices[int(pred)]}`"
+        parts.append(f"{metric} chose {chosen} ({'right' if row[metric] else 'wrong'})")
+    if parts:
+        report.paragraph("The model's answer: " + "; ".join(parts) + ".")
+    if isinstance(row.get("reply"), str):
+        report.paragraph("Its reply in generate mode:").code_block(row["reply"])

@@ -1,0 +1,53 @@
+"""Scoring rules: options by log-likelihood (acc, acc_norm), replies by parsing, and Wilson intervals."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+# Two-sided 95% normal quantile.
+Z95 = 1.959963984540054
+
+
+def pick_option(logliks: Sequence[float], choices: Sequence[str], normalise: bool) -> int:
+    """Index of the best option: the highest log-likelihood (`acc`), or the highest per character of
+    the option text (`acc_norm`, lm-eval's length normalisation). Ties go to the first option."""
+    scores = [ll / len(c) if normalise else ll for ll, c in zip(logliks, choices, strict=True)]
+    return max(range(len(scores)), key=scores.__getitem__)
+
+
+def _normal(text: str) -> str:
+    """Lower case, punctuation as spaces, single spaces: how replies and options are compared."""
+    return " ".join(re.sub(r"[^\w\s-]", " ", text.lower()).split())
+
+
+def _has_words(text: str, words: str) -> bool:
+    """Whether `words` occurs in `text` as whole words ("7" is not in "17")."""
+    return re.search(rf"(?<![\w-]){re.escape(words)}(?![\w-])", text) is not None
+
+
+def parse_reply(reply: str, choices: Sequence[str]) -> int | None:
+    """The option a free-text reply names, or None when it names none or several.
+
+    The reply is normalised (case, punctuation); an exact match wins, otherwise the options that
+    occur as whole words are collected, keeping only the longest when one contains another
+    ("red box" over "box"). Exactly one left: that option; else the reply is unparseable.
+    """
+    text = _normal(reply)
+    options = [_normal(c) for c in choices]
+    if text in options:
+        return options.index(text)
+    found = [i for i, o in enumerate(options) if _has_words(text, o)]
+    found = [i for i in found if not any(j != i and _has_words(options[j], options[i]) for j in found)]
+    return found[0] if len(found) == 1 else None
+
+
+def wilson_interval(successes: int, total: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (sensible at 0% and 100%, unlike the normal one)."""
+    if total <= 0:
+        return (math.nan, math.nan)
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -1,0 +1,153 @@
+"""The prompted-LLM figure and report: a valid PNG, and an offline report whose verdicts follow the numbers."""
+
+from __future__ import annotations
+
+from html import escape
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from headway.errors import ConfigError
+from headway.llm.evaluate import summarise
+from headway.llm.report import verdict, write_report
+from headway.plots.llm import accuracy_vs_hops
+from headway.tasks.questions import QuestionSet, make_questions
+
+N = 40
+# Correct answers per hop (1..4) for each formulation and metric; exact_match also has unparseable replies.
+CORRECT = {
+    "F1": {"acc": [36, 28, 16, 10], "acc_norm": [38, 30, 20, 12], "exact_match": [30, 20, 9, 6]},
+    "F3": {"acc": [40, 40, 39, 38], "acc_norm": [40, 39, 39, 37], "exact_match": [39, 38, 36, 35]},
+    "F5": {"acc": [20, 10, 4, 2], "acc_norm": [22, 12, 5, 2], "exact_match": [15, 8, 3, 1]},
+}
+UNPARSEABLE = {"F1": [1, 2, 3, 4], "F3": [0, 0, 0, 0], "F5": [5, 5, 5, 5]}
+META = {"model": "tiny/test-model", "backend": "hf", "scoring": "both", "seed": 0, "questions_per_cell": N,
+        "max_hops": 4, "seconds": 83.4, "cache_hits": 5, "cache_misses": 7}
+
+
+def f5_chance(hops: int) -> float:
+    """F5's chance: one of every person but the one asked about (4 chains of hops + 1 people)."""
+    return 1 / (4 * (hops + 1) - 1)
+
+
+def cell_rows(formulation: str, hops: int, n: int, correct: dict[str, int], chance: float,
+              unparseable: int = 0) -> list[dict]:
+    """`n` per-question rows shaped like `evaluate` output: the first `correct[metric]` are right, the last
+    `unparseable` replies could not be parsed; the right option is always index 0."""
+    rows = []
+    for i in range(n):
+        row = {"id": f"{formulation}-h{hops}-{i:04d}", "formulation": formulation, "hops": hops, "chance": chance,
+               "answer_index": 0}
+        for metric, count in correct.items():
+            row[metric], row[f"pred_{metric}"] = i < count, 0 if i < count else 1
+        if "exact_match" in correct:
+            row["unparseable"] = i >= n - unparseable
+            row["pred_exact_match"] = -1 if row["unparseable"] else row["pred_exact_match"]
+            row["reply"] = "I am not sure." if row["unparseable"] else "The answer is <b>it</b>."
+        rows.append(row)
+    return rows
+
+
+def synthetic_per_question(metrics: tuple[str, ...] = ("acc", "acc_norm", "exact_match")) -> pd.DataFrame:
+    """Per-question rows for F1, F3 and F5 over hops 1..4 with the counts above."""
+    rows = []
+    for formulation, by_metric in CORRECT.items():
+        for index, hops in enumerate(range(1, 5)):
+            chance = f5_chance(hops) if formulation == "F5" else 0.25
+            correct = {metric: by_metric[metric][index] for metric in metrics}
+            rows += cell_rows(formulation, hops, N, correct, chance, UNPARSEABLE[formulation][index])
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def questions():
+    return make_questions(QuestionSet(formulations=("F1", "F5"), max_hops=2, questions=2))
+
+
+def test_figure_is_a_png_of_reasonable_size(tmp_path):
+    results = summarise(synthetic_per_question())
+    path = accuracy_vs_hops(results, tmp_path / "sub" / "acc.png", title="synthetic")
+    assert path == tmp_path / "sub" / "acc.png"
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        width, height = image.size
+    assert 900 <= width <= 3000 and 300 <= height <= 1200 and width > height
+
+
+def test_figure_works_with_one_hop_and_one_metric(tmp_path):
+    results = summarise(synthetic_per_question())
+    single = results[(results.formulation == "F5") & (results.hops == 1) & (results.metric == "acc")]
+    with Image.open(accuracy_vs_hops(single, tmp_path / "one.png")) as image:
+        assert image.format == "PNG" and min(image.size) > 200
+
+
+def test_figure_refuses_empty_results(tmp_path):
+    with pytest.raises(ConfigError, match="empty"):
+        accuracy_vs_hops(summarise(synthetic_per_question()).iloc[:0], tmp_path / "none.png")
+
+
+def test_report_holds_figure_verdicts_counts_and_examples(tmp_path, questions):
+    per_question = synthetic_per_question()
+    results = summarise(per_question)
+    path = write_report(tmp_path / "out", results, per_question, questions, META)
+    assert path == tmp_path / "out" / "report.html"
+    assert (tmp_path / "out" / "figures" / "accuracy_vs_hops.png").is_file()
+    html = path.read_text(encoding="utf-8")
+    assert html.count('<img src="data:image/png;base64,') == 1
+    for label in ("F1 assign", "F3 boxes", "F5 relatives"):
+        assert label in html
+    for key in ("F1", "F3", "F5"):
+        for metric in CORRECT[key]:
+            assert escape(verdict(results, key, metric)) in html
+    # Unparseable replies per formulation: F1 1+2+3+4 = 10, F3 none, F5 4 × 5 = 20 of 160 each.
+    assert "F1 assign: 10 of 160 (6.2%); F3 boxes: 0 of 160 (0.0%); F5 relatives: 20 of 160 (12.5%)" in html
+    assert 'class="callout warning"' in html
+    for key in ("F1", "F5"):
+        example = next(q for q in questions if q.formulation == key)
+        assert f"<pre><code>{escape(example.prompt)}</code></pre>" in html
+        assert f"Correct answer: <strong>{escape(example.answer)}</strong>" in html
+        assert example.id in html
+    assert "&#x27;s mother is" in html  # F5's prompt, escaped inside the code block
+    assert "The answer is &lt;b&gt;it&lt;/b&gt;." in html  # the generated reply is escaped, never markup
+    for shown in ("tiny/test-model", "1 min 23 s", "scoring modes", "cache misses", "90.0%", "<th>unparseable</th>"):
+        assert shown in html
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+
+
+def test_loglik_only_report_has_no_unparseable_parts(tmp_path, questions):
+    per_question = synthetic_per_question(("acc", "acc_norm"))
+    results = summarise(per_question)
+    html = write_report(tmp_path, results, per_question, questions, {"model": "m"}).read_text(encoding="utf-8")
+    assert "Unparseable replies" not in html and "<th>unparseable</th>" not in html
+    assert "acc_norm chose" in html and "Its reply" not in html
+
+
+def test_verdict_reports_decline_and_the_last_hop_above_chance():
+    results = summarise(synthetic_per_question())
+    assert verdict(results, "F1", "acc") == (
+        "F1 assign: acc 0.90 at 1 hop → 0.25 at 4 hops (chance 0.25); "
+        "above chance (Wilson interval excludes chance) up to 3 hops")
+    assert verdict(results, "F3", "acc") == (
+        "F3 boxes: acc 1.00 at 1 hop → 0.95 at 4 hops (chance 0.25); "
+        "above chance (Wilson interval excludes chance) up to 4 hops, the most tested")
+    assert verdict(results, "F5", "acc") == (
+        "F5 relatives: acc 0.50 at 1 hop → 0.05 at 4 hops (chance 0.14 → 0.05); "
+        "above chance (Wilson interval excludes chance) up to 2 hops")
+
+
+def test_verdict_at_chance_and_with_gaps():
+    at_chance = summarise(pd.DataFrame(cell_rows("F2", 1, 100, {"acc": 26}, 0.25)
+                                       + cell_rows("F2", 2, 100, {"acc": 24}, 0.25)))
+    assert verdict(at_chance, "F2", "acc") == (
+        "F2 code: acc 0.26 at 1 hop → 0.24 at 2 hops (chance 0.25); "
+        "not above chance at any hop count (no Wilson interval lies above chance)")
+    gaps = summarise(pd.DataFrame([row for hops, count in zip(range(1, 5), (25, 60, 25, 60))
+                                   for row in cell_rows("F4", hops, 100, {"acc": count}, 0.25)]))
+    assert verdict(gaps, "F4", "acc").endswith("above chance (Wilson interval excludes chance) only at 2, 4 hops")
+    single = summarise(pd.DataFrame(cell_rows("F1", 3, 50, {"acc": 45}, 0.25)))
+    assert verdict(single, "F1", "acc") == (
+        "F1 assign: acc 0.90 at 3 hops (chance 0.25); "
+        "above chance (Wilson interval excludes chance) up to 3 hops, the most tested")
+    with pytest.raises(ConfigError, match="exact_match"):
+        verdict(single, "F1", "exact_match")
