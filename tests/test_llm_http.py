@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from conftest import free_port
 
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, BackendError, LoglikRequest
@@ -200,13 +200,6 @@ def connect(server, sleeps):
         backend.close()
 
 
-def free_port():
-    """A port on 127.0.0.1 with nothing listening on it."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 QUESTIONS = [LoglikRequest(f"Question {i}: the answer is", " " + "x" * (i % 7 + 1)) for i in range(20)]
 EXPECTED = [-0.1 * (i % 7 + 2) for i in range(20)]
 
@@ -334,12 +327,12 @@ def test_api_key_header_only_when_given(connect, server):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"timeout": 0}, "timeout = 0 is invalid; use a number of seconds > 0"),
+    ({"timeout": 0}, r"timeout = 0 is invalid; use a number in \(0, inf\)"),
     ({"timeout": float("inf")}, "timeout = inf is invalid"),
-    ({"retries": -1}, "retries = -1 is invalid; use a whole number >= 0"),
-    ({"retries": 1.5}, "retries = 1.5 is invalid"),
-    ({"backoff": -1.0}, r"backoff = -1.0 is invalid; use a number of seconds >= 0"),
-    ({"concurrency": 0}, "concurrency = 0 is invalid; use a whole number >= 1"),
+    ({"retries": -1}, "retries = -1 is invalid; use an integer >= 0"),
+    ({"retries": 1.5}, "retries = 1.5 is not an integer"),
+    ({"backoff": -1.0}, r"backoff = -1.0 is invalid; use a number in \[0, inf\)"),
+    ({"concurrency": 0}, "concurrency = 0 is invalid; use an integer >= 1"),
     ({"base_url": "localhost:8000/v1"}, "base URL 'localhost:8000/v1' is invalid; use an http:// or https:// URL"),
 ])
 def test_bad_settings_are_config_errors(settings, message):

@@ -16,11 +16,12 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import free_port
 
 from headway.cli.main import main
 from headway.llm.backend import LoglikRequest
 from headway.llm.run import BackendSettings, run_llm_eval
-from headway.tasks.questions import QuestionSet, make_questions
+from headway.tasks.questions import QuestionSet, make_questions, read_questions
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
@@ -50,7 +51,10 @@ def test_in_process_end_to_end_is_deterministic_and_resumes(hf, tmp_path):
     rows = first.per_question
     assert len(rows) == 5 * 2 * 2 and first.meta["cache_hits"] == 0
     assert rows["loglik_answer"].between(-60, 0).all() and np.isfinite(rows["loglik_best_wrong"]).all()
-    assert (rows["unparseable"] | (rows["pred_exact_match"] >= 0)).all() and rows["reply"].str.len().gt(0).all()
+    assert rows["reply"].str.len().gt(0).all()
+    choices = {q.id: q.choices for q in read_questions(tmp_path / "a" / "questions.jsonl")}
+    for row in rows[~rows["unparseable"]].itertuples():  # a parsed reply names the option it was parsed as
+        assert choices[row.id][row.pred_exact_match].lower() in row.reply.lower(), (row.reply, row.id)
     for name in ("report.html", "results.csv", "predictions.csv", "summary.json", "questions.jsonl",
                  "figures/accuracy_vs_hops.png", "harness/headway_retrieval.yaml", "cache.sqlite"):
         assert (tmp_path / "a" / name).is_file(), name
@@ -82,12 +86,6 @@ def test_log_likelihoods_are_sane(hf):
     assert hf.loglikelihood([LoglikRequest(context, " 7")]) == [pytest.approx(right, abs=1e-3)]  # alone: unpadded
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(hf):
     """llama-cpp-python's OpenAI-compatible server on 127.0.0.1 serving the same GGUF file.
@@ -96,7 +94,7 @@ def server(hf):
     drops the BOS token but not its row of logits), so the server is told to add one.
     """
     pytest.importorskip("llama_cpp.server", reason="llama-cpp-python[server] is built by `make test`")
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(hf.source.path), "--host", "127.0.0.1",
          "--port", str(port), "--logits_all", "true", "--n_ctx", "512", "--verbose", "false",
@@ -146,7 +144,7 @@ def test_cli_over_http_writes_the_report_and_resumes(server, tmp_path, capsys):
 
 
 def test_unreachable_server_is_one_clear_line(tmp_path, capsys):
-    port = _free_port()
+    port = free_port()
     argv = ["llm-eval", "--backend", "http", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "-f", "F1",
             "--max-hops", "1", "-n", "1", "--out", str(tmp_path / "down"), "--retries", "1", "--no-progress"]
     assert main(argv) == 2

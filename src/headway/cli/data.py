@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from headway.cli.llm_eval import question_options, question_set
+from headway.cli.options import question_options, question_set
 from headway.tasks.export import write_jsonl
 from headway.tasks.harness import write_harness
 from headway.tasks.questions import make_questions, write_questions

@@ -6,38 +6,9 @@ from pathlib import Path
 
 import click
 
+from headway.cli.options import question_options, question_set
 from headway.llm.evaluate import SCORINGS
 from headway.llm.run import BACKENDS, BackendSettings, run_llm_eval
-from headway.tasks.formulations import parse_formulations
-from headway.tasks.questions import QuestionSet
-
-
-def question_options(command: click.Command) -> click.Command:
-    """The options that choose the questions, shared by `llm-eval` and `data prompts`."""
-    options = [
-        click.option("--formulations", "-f", default="all", show_default=True,
-                     help="F1 assign, F2 code, F3 boxes, F4 wizards, F5 relatives: keys or names, comma list."),
-        click.option("--max-hops", type=int, default=QuestionSet.max_hops, show_default=True,
-                     help="Ask about 1..MAX_HOPS hops."),
-        click.option("--questions", "-n", type=int, default=QuestionSet.questions, show_default=True,
-                     help="Questions per formulation and hop count."),
-        click.option("--chains", type=int, default=QuestionSet.chains, show_default=True,
-                     help="Chains per question (the queried one plus distractors)."),
-        click.option("--options", "n_options", type=int, default=QuestionSet.options, show_default=True,
-                     help="Options per multiple-choice question (F1-F4)."),
-        click.option("--seed", type=int, default=QuestionSet.seed, show_default=True),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def question_set(formulations: str, max_hops: int, questions: int, chains: int, n_options: int,
-                 seed: int) -> QuestionSet:
-    """The QuestionSet the shared options describe."""
-    keys = tuple(f.key for f in parse_formulations(formulations))
-    return QuestionSet(formulations=keys, max_hops=max_hops, questions=questions, chains=chains, options=n_options,
-                       seed=seed)
 
 
 @click.command("llm-eval")

@@ -17,6 +17,7 @@ from typing import Any, Self
 
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, LoglikRequest, Progress
+from headway.settings import check_int
 
 # SQLite limits the number of `?` parameters in one statement (999 in older builds).
 _KEYS_PER_QUERY = 500
@@ -101,11 +102,9 @@ class CachedBackend(Backend):
 
     def __init__(self, inner: Backend, cache: ResponseCache, chunk: int = 32) -> None:
         """Wrap `inner`, taking its kind, model and capabilities, which also key the cache."""
-        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-            raise ConfigError(f"chunk = {chunk!r} is invalid; use a whole number >= 1")
         self.inner = inner
         self.cache = cache
-        self.chunk = chunk
+        self.chunk = check_int("chunk", chunk, 1)
         self.kind = inner.kind
         self.model_id = inner.model_id
         self.supports_loglik = inner.supports_loglik

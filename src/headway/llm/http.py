@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, BackendError, LoglikRequest, Progress
+from headway.settings import check_int, check_number
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 ECHO_HINT = "the server must support echo with logprobs, e.g. llama-cpp-python started with logits_all"
@@ -95,19 +96,6 @@ def _one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-def _check_whole(name: str, value: object, minimum: int) -> None:
-    """Raise a ConfigError unless `value` is a whole number >= `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} = {value!r} is invalid; use a whole number >= {minimum}")
-
-
-def _check_seconds(name: str, value: object, *, zero_ok: bool) -> None:
-    """Raise a ConfigError unless `value` is a finite number of seconds, > 0 (or >= 0 when `zero_ok`)."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not number or value < 0 or (value == 0 and not zero_ok):
-        raise ConfigError(f"{name} = {value!r} is invalid; use a number of seconds {'>= 0' if zero_ok else '> 0'}")
-
-
 class OpenAIBackend(Backend):
     """A model served by an OpenAI-compatible server, scored via /completions and asked via /chat/completions.
 
@@ -131,10 +119,10 @@ class OpenAIBackend(Backend):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """Check the settings, open the HTTP client and settle the model (asking the server if none is named)."""
-        _check_seconds("timeout", timeout, zero_ok=False)
-        _check_whole("retries", retries, 0)
-        _check_seconds("backoff", backoff, zero_ok=True)
-        _check_whole("concurrency", concurrency, 1)
+        timeout = check_number("timeout", timeout, 0.0, math.inf, low_open=True, high_open=True)
+        retries = check_int("retries", retries, 0)
+        backoff = check_number("backoff", backoff, 0.0, math.inf, high_open=True)
+        concurrency = check_int("concurrency", concurrency, 1)
         base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base URL {base_url!r} is invalid; use an http:// or https:// URL, "
@@ -172,7 +160,7 @@ class OpenAIBackend(Backend):
 
     def generate(self, prompts: Sequence[str], max_tokens: int, progress: Progress | None = None) -> list[str]:
         """Greedy chat reply to each prompt, in prompt order ("" when the server sends no content)."""
-        _check_whole("max_tokens", max_tokens, 1)
+        check_int("max_tokens", max_tokens, 1)
         return self._map(lambda prompt: self._reply(prompt, max_tokens), prompts, progress)
 
     def close(self) -> None:
