@@ -26,3 +26,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_datagen.py
 	$(BIN)/python benchmarks/bench_llm.py
+	$(BIN)/python benchmarks/bench_llc.py

@@ -13,6 +13,8 @@ from headway.tasks.export import write_jsonl
 from headway.tasks.harness import write_harness
 from headway.tasks.questions import make_questions, write_questions
 from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS, RetrievalConfig, generate
+from headway.tasks.sorting import GAP_KINDS, SortingConfig
+from headway.tasks.sorting import generate as generate_lists
 
 
 @click.group()
@@ -41,7 +43,33 @@ def retrieval(hops: int, chains: int, vocab: int, layout: str, order: str, curri
     """Retrieval examples: the model's view (tokens, targets) and a structured view to re-solve."""
     cfg = RetrievalConfig(vocab=vocab, chains=chains, hops=hops, layout=layout, order=order,
                           curriculum=curriculum, conditional=conditional, relations=relations, classes=classes)
-    batch = generate(cfg, count, seed)  # validates everything before any file is opened
+    _write(cfg, generate(cfg, count, seed), out)  # generation validates everything before a file is opened
+
+
+@data.command("sorting")
+@click.option("--length", "-n", "length", type=int, default=SortingConfig.length, show_default=True,
+              help="Numbers per list.")
+@click.option("--values", type=int, default=SortingConfig.values, show_default=True,
+              help="Numbers are drawn from 0 … VALUES-1.")
+@click.option("--repeats/--no-repeats", default=SortingConfig.repeats, show_default=True,
+              help="Allow a number more than once in a list.")
+@click.option("--gaps", type=click.Choice(GAP_KINDS), default=SortingConfig.gaps, show_default=True,
+              help="uniform: numbers drawn uniformly; geometric: gaps drawn with mean --mean-gap.")
+@click.option("--mean-gap", type=float, default=SortingConfig.mean_gap, show_default=True,
+              help="Mean gap δ̄ between adjacent sorted numbers (geometric gaps only).")
+@click.option("--count", "count", type=int, default=10, show_default=True, help="Number of lists.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: standard output).")
+def sorting(length: int, values: int, repeats: bool, gaps: str, mean_gap: float, count: int, seed: int,
+            out: Path | None) -> None:
+    """Sorting examples: the list, its sort, the gaps, and the model's tokens and targets."""
+    cfg = SortingConfig(length=length, values=values, repeats=repeats, gaps=gaps, mean_gap=mean_gap)
+    _write(cfg, generate_lists(cfg, count, seed), out)
+
+
+def _write(cfg: RetrievalConfig | SortingConfig, batch, out: Path | None) -> None:
+    """Examples as JSON Lines to standard output or, atomically, to a file."""
     if out is None:
         write_jsonl(sys.stdout, cfg, batch)
         return
@@ -52,7 +80,7 @@ def retrieval(hops: int, chains: int, vocab: int, layout: str, order: str, curri
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    click.echo(f"wrote {count} examples to {out}", err=True)
+    click.echo(f"wrote {len(batch)} examples to {out}", err=True)
 
 
 @data.command("prompts")

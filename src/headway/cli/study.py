@@ -82,3 +82,50 @@ def _describe(plan) -> None:
         flops = sum(training_flops(run) for run in runs)
         click.echo(f"{name}: {len(runs)} runs in {len(group_runs(runs))} ensembles, "
                    f"about {flops:.2e} training FLOPs ({flops / 1e14 / 3600:.2f} h at 100 TFLOP/s sustained)")
+
+
+@study.command()
+@click.option("--scale", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True,
+              help="cpu: < 30 min on 2 cores; gpu: the recipe's batch and steps, 16 seeds, 8 data values.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Study folder; re-running reuses trained runs and finished analyses.")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
+@click.option("--mean-gaps", default=None,
+              help="Training data: 'uniform' (the default lists) and/or mean gaps δ̄ of geometric gaps, comma list.")
+@click.option("--weight-decays", default=None, help="Weight decay values, comma list (e.g. 0.005,0).")
+@click.option("--seeds", default=None, help="Seeds per cell (e.g. 0..7).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="Override the training steps of every run.")
+@click.option("--development-seeds", default=None,
+              help="Seeds whose LLC is traced over training (first data value, every weight decay).")
+@click.option("--dry-run", is_flag=True, help="Print the grid and its ensembles; train nothing.")
+@click.option("--progress/--no-progress", default=True, help="Progress bars on a terminal.")
+def sorting(scale: str, out: Path, device: str, mean_gaps: str | None, weight_decays: str | None,
+            seeds: str | None, steps: int | None, development_seeds: str | None, dry_run: bool,
+            progress: bool) -> None:
+    """The list-sorting study: head modes, copy suppression, the LLC over training, data features."""
+    from headway.runs.config import group_runs
+    from headway.studies.sorting.plan import UNIFORM, study_plan
+    from headway.studies.sorting.study import run_sorting_study
+
+    changes: dict = {}
+    if mean_gaps is not None:
+        changes["data"] = tuple(UNIFORM if part.strip().lower() == UNIFORM else parse_values("mean-gaps", part, float)[0]
+                                for part in mean_gaps.split(","))
+    if weight_decays is not None:
+        changes["weight_decays"] = tuple(parse_values("weight-decays", weight_decays, float))
+    if seeds is not None:
+        changes["seeds"] = tuple(parse_values("seeds", seeds, int))
+    if development_seeds is not None:
+        changes["development_seeds"] = tuple(parse_values("development-seeds", development_seeds, int))
+    plan = study_plan(scale)
+    if steps is not None:
+        changes["settings"] = {**plan.settings, "steps": steps}
+    plan = plan.with_overrides(**changes)
+    runs = plan.runs()
+    if dry_run:
+        click.echo(f"{len(runs)} runs in {len(group_runs(runs))} ensemble(s); "
+                   f"LLC traced over training for {len(plan.development_runs())} of them")
+        return
+    click.echo(f"study sorting, scale {scale}: {len(runs)} runs into {out}", err=True)
+    report = run_sorting_study(plan, out, device=device, progress=progress)
+    click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")

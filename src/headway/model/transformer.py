@@ -167,8 +167,9 @@ class EnsembleTransformer(nn.Module):
 
     `tokens` is [E, batch, pos] or [E, batch, pos, slots]: with slots, the embeddings of the
     slot ids at one position are summed (e.g. the two role embeddings of a packed link).
-    The output is the unembedded residual at the last position ([E, batch, d_out]) or at every
-    position ([E, batch, pos, d_out]) with `readout="all"`.
+    The output is the unembedded residual at the last position ([E, batch, d_out]), at every
+    position ([E, batch, pos, d_out]) with `readout="all"`, or at the last k positions
+    ([E, batch, k, d_out]) with `readout=k`.
     """
 
     def __init__(self, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, n_instances: int,
@@ -218,7 +219,7 @@ class EnsembleTransformer(nn.Module):
                 param[e].copy_(values)
 
     def forward(self, tokens: Tensor, *, hooks: Mapping[str, Hook] | None = None,
-                readout: str = "last") -> Tensor:
+                readout: str | int = "last") -> Tensor:
         if hooks:
             unknown = sorted(set(hooks) - self._hook_names)
             if unknown:
@@ -236,21 +237,21 @@ class EnsembleTransformer(nn.Module):
             x = x.sum(dim=3)
         x = run("hook_embed", x)
         x = x + run("hook_pos_embed", self.pos_embed.W_pos[:, None, :s, :])
-        if readout not in ("last", "all"):
-            raise ValueError(f"readout = {readout!r}; choose 'last' or 'all'")
+        if readout not in ("last", "all") and not (isinstance(readout, int) and 1 <= readout <= s):
+            raise ValueError(f"readout = {readout!r}; choose 'last', 'all' or a number of last positions 1..{s}")
         # With nothing hooked and only the last position read out, the final block need not
         # compute the other positions (a third or more of a small model's work).
         shortcut = readout == "last" and not hooks
         for i, block in enumerate(self.blocks):
             x = block(x, run, last_only=shortcut and i == len(self.blocks) - 1)
-        if readout == "last":
-            x = x[:, :, -1:, :]
+        if readout != "all":
+            x = x[:, :, -(1 if readout == "last" else readout):, :]
         x = self.ln_final(x, run)
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
-        return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, s, self.d_out)
+        return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
     def run_with_cache(self, tokens: Tensor, names: Iterable[str] | None = None,
-                       readout: str = "last") -> tuple[Tensor, dict[str, Tensor]]:
+                       readout: str | int = "last") -> tuple[Tensor, dict[str, Tensor]]:
         """Forward that also returns the named activations (all hook points by default)."""
         cache: dict[str, Tensor] = {}
 

@@ -16,9 +16,10 @@ from headway.errors import ConfigError
 from headway.settings import check_int
 from headway.model.config import ModelConfig
 from headway.tasks.retrieval import RetrievalConfig
+from headway.tasks.sorting import SortingConfig
 from headway.train.config import TrainConfig
 
-TASKS = {"retrieval": RetrievalConfig}
+TASKS = {"retrieval": RetrievalConfig, "sorting": SortingConfig}
 # Hyper-parameters that members of one ensemble may hold different values of.
 PER_INSTANCE = ("lr", "weight_decay")
 
@@ -27,7 +28,7 @@ PER_INSTANCE = ("lr", "weight_decay")
 class RunConfig:
     """Everything that determines a run's numbers."""
 
-    task: RetrievalConfig = field(default_factory=RetrievalConfig)
+    task: RetrievalConfig | SortingConfig = field(default_factory=RetrievalConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0  # model initialisation and batch order

@@ -7,13 +7,31 @@ from pathlib import Path
 from typing import IO, Any
 
 from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+from headway.tasks.sorting import SortingBatch, SortingConfig
 
 # Examples converted to records at a time while writing, so memory stays bounded for big batches.
 _WRITE_CHUNK = 4096
 
 
-def to_records(cfg: RetrievalConfig, batch: RetrievalBatch) -> list[dict[str, Any]]:
-    """One JSON-serialisable dict per example, plain Python ints only; "chain" drops the -1 padding."""
+def to_records(cfg: RetrievalConfig | SortingConfig, batch: RetrievalBatch | SortingBatch) -> list[dict[str, Any]]:
+    """One JSON-serialisable dict per example, plain Python ints only."""
+    if isinstance(cfg, SortingConfig):
+        return _sorting_records(cfg, batch)
+    return _retrieval_records(cfg, batch)
+
+
+def _sorting_records(cfg: SortingConfig, batch: SortingBatch) -> list[dict[str, Any]]:
+    """The list, its sort, the gaps, and the model's tokens and targets with their positions."""
+    readout = list(range(cfg.length, 2 * cfg.length))
+    columns = zip(batch.lists.tolist(), batch.sorted.tolist(), batch.gaps.tolist(), batch.tokens.tolist(),
+                  batch.targets.tolist(), strict=True)
+    return [{"list": values, "sorted": ordered, "gaps": gaps, "tokens": tokens, "sep": cfg.sep,
+             "readout_positions": readout, "targets": targets}
+            for values, ordered, gaps, tokens, targets in columns]
+
+
+def _retrieval_records(cfg: RetrievalConfig, batch: RetrievalBatch) -> list[dict[str, Any]]:
+    """Token and structured views of retrieval examples; "chain" drops the -1 padding."""
     packed = cfg.layout == "packed"
     tokens = batch.tokens.tolist() if packed else batch.tokens[:, :, 0].tolist()
     positions = list(range(cfg.n_ctx))
@@ -48,7 +66,8 @@ def to_records(cfg: RetrievalConfig, batch: RetrievalBatch) -> list[dict[str, An
     return records
 
 
-def write_jsonl(path_or_file: str | Path | IO[str], cfg: RetrievalConfig, batch: RetrievalBatch) -> int:
+def write_jsonl(path_or_file: str | Path | IO[str], cfg: RetrievalConfig | SortingConfig,
+                batch: RetrievalBatch | SortingBatch) -> int:
     """Write one compact JSON record per line to a path or an open text file; return the count."""
     if isinstance(path_or_file, (str, Path)):
         with open(path_or_file, "w", encoding="utf-8") as file:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig, generate
+from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+from headway.tasks.sorting import SortingBatch, SortingConfig
 
 # Validation top-up rounds before concluding the task has too few distinct examples.
 _MAX_TOP_UPS = 100
@@ -14,27 +15,28 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 
 
 def make_pools(
-    cfg: RetrievalConfig, train_size: int, val_size: int, seed: int
-) -> tuple[RetrievalBatch, RetrievalBatch]:
-    """Train pool and a validation set (full-depth queries) whose token rows never occur in the pool."""
+    cfg: RetrievalConfig | SortingConfig, train_size: int, val_size: int, seed: int
+) -> tuple[RetrievalBatch, RetrievalBatch] | tuple[SortingBatch, SortingBatch]:
+    """Train pool and a validation set (`cfg.draw(..., validation=True)`, e.g. full-depth queries)
+    whose token rows never occur in the pool."""
     for name, size in (("train_size", train_size), ("val_size", val_size)):
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise ConfigError(f"{name} = {size!r} is invalid; use a whole number >= 1")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ConfigError(f"seed = {seed!r} is invalid; use a whole number >= 0")
     train_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
-    train = generate(cfg, int(train_size), np.random.default_rng(train_seq))
+    train = cfg.draw(int(train_size), np.random.default_rng(train_seq))
     seen = _SeenRows(train.tokens)
     val_rng = np.random.default_rng(val_seq)
-    kept: list[RetrievalBatch] = []
+    kept = []
     missing = int(val_size)
     for _ in range(_MAX_TOP_UPS):
-        drawn = generate(cfg, max(2 * missing, 1024) if kept else missing, val_rng, mixture_hops=False)
+        drawn = cfg.draw(max(2 * missing, 1024) if kept else missing, val_rng, validation=True)
         fresh = drawn.subset(np.flatnonzero(~seen.contains(drawn.tokens))[:missing])
         kept.append(fresh)
         missing -= len(fresh)
         if missing == 0:
-            return train, RetrievalBatch.concat(kept)
+            return train, type(fresh).concat(kept)
     raise ConfigError(
         f"found only {val_size - missing} of val_size = {val_size} validation examples outside the training pool; "
         f"this config has too few distinct examples, use a larger vocab or a smaller train_size"

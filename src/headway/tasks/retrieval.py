@@ -153,6 +153,22 @@ class RetrievalConfig(Settings):
         """Readout width: one block of vocab outputs per target symbol."""
         return self.n_targets * self.vocab
 
+    @property
+    def readout_positions(self) -> int:
+        """Trailing positions read out: the query alone."""
+        return 1
+
+    def draw(self, n: int, rng: np.random.Generator, validation: bool = False) -> RetrievalBatch:
+        """n examples; validation examples always query the full depth D."""
+        return generate(self, n, rng, mixture_hops=False if validation else None)
+
+    def accuracy_columns(self, per_target: list[float], all_correct: float) -> dict[str, float]:
+        """Logged accuracies: the answer's (the last target), and every hop's under the curriculum."""
+        columns = {"val_accuracy": per_target[-1]}
+        if len(per_target) > 1:
+            columns.update({f"val_acc_hop{k + 1}": acc for k, acc in enumerate(per_target)})
+        return columns
+
 
 @dataclass
 class RetrievalBatch:

@@ -1,10 +1,22 @@
-"""Loss and accuracy of a readout that predicts T symbols, each as a block of `vocab` outputs."""
+"""Loss and accuracy of a readout that predicts T symbols, each as a block of `vocab` outputs.
+
+The T blocks come from the last position (retrieval: one readout of T*vocab outputs) or from the
+last T positions, one block each (sorting: a prediction at every sorted position); `readout`
+returns both as [E, B, T*vocab], so the loss and accuracy code is shared."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+def readout(model: torch.nn.Module, tokens: Tensor, positions: int = 1) -> Tensor:
+    """Outputs [E, B, positions*d_out] of the last `positions` positions, concatenated."""
+    if positions == 1:
+        return model(tokens)
+    out = model(tokens, readout=positions)
+    return out.reshape(out.shape[0], out.shape[1], -1)
 
 
 def readout_loss(out: Tensor, targets: Tensor, vocab: int, kind: str) -> Tensor:
@@ -31,14 +43,18 @@ def target_hits(out: Tensor, targets: Tensor, vocab: int) -> Tensor:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokens: Tensor, targets: Tensor, vocab: int, kind: str,
-             chunk: int = 1024) -> tuple[Tensor, Tensor]:
-    """Validation loss [E] and per-target accuracy [E, T] over a fixed set, in chunks."""
+             chunk: int = 1024, positions: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """Validation loss [E], per-target accuracy [E, T] and the fraction of examples with every
+    target right [E] over a fixed set, in chunks."""
     n = tokens.shape[1]
     loss_sum = torch.zeros(tokens.shape[0], device=tokens.device)
     hit_sum = torch.zeros(targets.shape[0], targets.shape[2], device=tokens.device)
+    all_sum = torch.zeros(tokens.shape[0], device=tokens.device)
     for start in range(0, n, chunk):
         tok, tgt = tokens[:, start : start + chunk], targets[:, start : start + chunk]
-        out = model(tok)
+        out = readout(model, tok, positions)
         loss_sum += readout_loss(out, tgt, vocab, kind) * tok.shape[1]
-        hit_sum += target_hits(out, tgt, vocab).float().sum(dim=1)
-    return loss_sum / n, hit_sum / n
+        hits = target_hits(out, tgt, vocab)
+        hit_sum += hits.float().sum(dim=1)
+        all_sum += hits.all(dim=2).float().sum(dim=1)
+    return loss_sum / n, hit_sum / n, all_sum / n

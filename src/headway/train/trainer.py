@@ -21,7 +21,7 @@ from headway.runs.config import RunConfig
 from headway.runs.store import plain_value
 from headway.train.data import EnsembleData
 from headway.train.memory import keep_freed_memory
-from headway.train.objective import evaluate, readout_loss
+from headway.train.objective import evaluate, readout, readout_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
 
@@ -29,7 +29,7 @@ from headway.train.schedule import lr_multiplier
 def checkpoint_schedule(steps: int, every: int, n_log: int) -> list[int]:
     """Steps whose weights are kept: 0, every `every`, `n_log` log-spaced steps, and the last."""
     regular = set(range(0, steps + 1, every))
-    logs = {int(round(x)) for x in np.logspace(0, math.log10(steps), n_log)} if n_log else set()
+    logs = {round(x) for x in np.logspace(0, math.log10(steps), n_log)} if n_log else set()
     return sorted(regular | logs | {0, steps})
 
 
@@ -57,7 +57,8 @@ class EnsembleTrainer:
             keep_freed_memory()
         self.progress = progress
         self.cfg = runs[0].train
-        self.vocab = runs[0].task.vocab
+        self.task = runs[0].task
+        self.vocab = self.task.vocab
         self._stop_requested = False
         self._reported: set[int] = set()
 
@@ -144,7 +145,7 @@ class EnsembleTrainer:
         cfg = self.cfg
         tokens, targets = data.train_batch(step)
         model.flat.zero_grad()
-        losses = readout_loss(model(tokens), targets, self.vocab, cfg.loss)
+        losses = readout_loss(readout(model, tokens, self.task.readout_positions), targets, self.vocab, cfg.loss)
         losses.sum().backward()
         grad = model.flat.grad
         norms = grad.norm(dim=1)
@@ -162,20 +163,20 @@ class EnsembleTrainer:
         optim.step(scale, active)
 
     def _log(self, model, data: EnsembleData, state: dict, step: int, rows: list, bar) -> None:
-        val_loss, hop_acc = evaluate(model, data.val_tokens, data.val_targets, self.vocab, self.cfg.loss)
+        val_loss, hop_acc, all_acc = evaluate(model, data.val_tokens, data.val_targets, self.vocab, self.cfg.loss,
+                                              positions=self.task.readout_positions)
         count = state["loss_count"].item()
         train_loss = (state["loss_sum"] / count).tolist() if count else [float("nan")] * len(self.runs)
         state["loss_sum"].zero_()
         state["loss_count"].zero_()
         active, diverged = state["active"].tolist(), state["diverged_step"].tolist()
         val_loss, hop_acc, grad_norm = val_loss.tolist(), hop_acc.tolist(), state["grad_norm"].tolist()
+        all_acc = all_acc.tolist()
         for e, run in enumerate(self.runs):
             row = {"step": step, "instance": e, "run_id": run.run_id,
                    "train_loss": train_loss[e] if active[e] else float("nan"),
-                   "val_loss": val_loss[e], "val_accuracy": hop_acc[e][-1],
+                   "val_loss": val_loss[e], **self.task.accuracy_columns(hop_acc[e], all_acc[e]),
                    "grad_norm": grad_norm[e], "diverged": not active[e]}
-            if len(hop_acc[e]) > 1:
-                row.update({f"val_acc_hop{k + 1}": acc for k, acc in enumerate(hop_acc[e])})
             rows.append(row)
             if diverged[e] >= 0 and e not in self._reported:
                 bar.write(f"instance {e} (seed {run.seed}, lr {run.train.lr}) diverged at step "
@@ -184,7 +185,7 @@ class EnsembleTrainer:
         live = [e for e in range(len(self.runs)) if active[e]]
         if live:
             bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
-                            val_acc=f"{np.mean([hop_acc[e][-1] for e in live]):.3f}")
+                            val_acc=f"{np.mean([rows[-len(self.runs) + e]['val_accuracy'] for e in live]):.3f}")
 
     def _save(self, model, optim: EnsembleAdam, state: dict, step: int, rows: list, keep: set) -> None:
         weights = dict(model.named_parameters())

@@ -1,0 +1,457 @@
+"""Local learning coefficient (LLC) of every instance of an ensemble, estimated by SGLD in one run.
+
+λ̂(w*) = nβ·(E_w[L(w)] − L(w*)), where w is sampled by SGLD from the localised tempered posterior
+∝ exp(−nβ·L(w) − γ/2·|w − w*|²) (Lau et al. 2023; devinterp 1.x semantics, see `sgld_step`).
+
+Batching: for E instances and C chains the model is replicated into one ensemble of E·C instances,
+instance-major (row e·C + c is chain c of instance e), so every chain is just another instance:
+one forward and backward of the E·C model per SGLD step gives every chain's loss and gradient, and
+the update is a few whole-buffer ops on the flat [E·C, P] weights (`FlatParameters`). Minibatch
+indices for all rows come from one generator call, and each row reads only its instance's pool.
+No Python loop runs over chains or instances while sampling.
+
+Diagnostics are collected as readable warnings in `LLCResult.warnings`; the thresholds are the
+module constants below.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from headway.errors import ConfigError
+from headway.model.flat import FlatParameters
+from headway.settings import Settings, check_int, check_number
+
+LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+
+# A chain diverges when the mean rise (loss − init_loss) of its last quarter of draws exceeds
+# DIVERGE_FACTOR × (a reference rise + the std of its own first-half draws). The reference is the
+# smaller positive one of its own whole-trace mean rise and the median over the instance's chains of
+# theirs. A settled chain's last quarter stays near both; an exploding chain's last quarter
+# dominates its own mean (and the others' when it explodes alone).
+DIVERGE_FACTOR = 3.0
+# An instance's chains are still climbing when, averaged over chains, the fourth quarter's mean loss
+# exceeds the third quarter's by more than TREND_FRACTION × the mean rise AND by more than
+# TREND_SIGMAS standard errors of that difference across chains (chains are independent, so their
+# spread measures the noise whatever the autocorrelation within a chain).
+TREND_FRACTION = 0.1
+TREND_SIGMAS = 4.0
+MIN_DRAWS_FOR_TREND = 8
+# Chains disagree when the between-chain std of the LLC exceeds DISAGREE_FRACTION × |mean LLC| and
+# DISAGREE_NOISE_FACTOR × the spread each chain's own draw-to-draw noise explains (its standard
+# error from BATCH_MEANS contiguous batch means, which allows for autocorrelation).
+DISAGREE_FRACTION = 0.25
+DISAGREE_NOISE_FACTOR = 2.0
+BATCH_MEANS = 5
+
+
+@dataclass(frozen=True)
+class SGLDSettings(Settings):
+    """SGLD sampler and LLC estimate settings (devinterp 1.x names in comments)."""
+
+    lr: float = 1e-4  # ε, the step size
+    nbeta: float | None = None  # n·β, inverse temperature; None → default_nbeta(batch_size)
+    localization: float = 100.0  # γ, pull towards w*
+    chains: int = 4
+    draws: int = 200
+    burnin: int = 0  # SGLD steps before the first draw (num_burnin_steps)
+    steps_between_draws: int = 1  # num_steps_bw_draws
+    batch_size: int = 512
+    init_loss_batches: int = 16  # minibatches averaged for L(w*)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive = ("chains", "draws", "steps_between_draws", "batch_size", "init_loss_batches")
+        self.normalise(**{name: check_int(name, getattr(self, name), 1) for name in positive})
+        self.normalise(burnin=check_int("burnin", self.burnin, 0), seed=check_int("seed", self.seed, 0))
+        self.normalise(
+            lr=check_number("lr", self.lr, 0.0, low_open=True),
+            nbeta=None if self.nbeta is None else check_number("nbeta", self.nbeta, 0.0, low_open=True),
+            localization=check_number("localization", self.localization, 0.0),
+        )
+
+    @property
+    def steps(self) -> int:
+        """SGLD steps per chain: burn-in, then `draws` draws `steps_between_draws` apart."""
+        return self.burnin + self.draws * self.steps_between_draws
+
+
+def default_nbeta(batch_size: int) -> float:
+    """devinterp's default n·β = B / ln B (1 for B = 1, where it is undefined)."""
+    return float(batch_size / math.log(batch_size)) if batch_size > 1 else 1.0
+
+
+# --- models and masks -------------------------------------------------------------------------
+
+
+def replicate(model: nn.Module, copies: int) -> nn.Module:
+    """A deep copy of `model` holding every instance `copies` times, instance-major (row e·copies + c
+    is copy c of instance e), with its own `flat` buffer and `n_instances`; `model` is untouched."""
+    copies = check_int("copies", copies, 1)
+    clone = copy.deepcopy(model, {id(model.flat): None})  # the old flat buffer is rebuilt below
+    with torch.no_grad():
+        for name, param in list(clone.named_parameters()):
+            owner_name, _, leaf = name.rpartition(".")
+            owner = clone.get_submodule(owner_name) if owner_name else clone
+            setattr(owner, leaf, nn.Parameter(param.repeat_interleave(copies, dim=0), param.requires_grad))
+    clone.n_instances = model.n_instances * copies
+    clone.flat = FlatParameters(clone, clone.n_instances)
+    return clone
+
+
+def parameter_mask(model: nn.Module, names: Iterable[str]) -> Tensor:
+    """A [P] float mask that is 1 on every coordinate of the named parameters."""
+    wanted = set(names)
+    unknown = sorted(wanted - set(model.flat.names))
+    if unknown:
+        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; valid names: {', '.join(model.flat.names)}")
+    return model.flat.mask(lambda name: name in wanted)
+
+
+def _layer_count(model: nn.Module) -> int:
+    return sum(1 for name in model.flat.names if name.startswith("blocks.") and name.endswith(".attn.W_Q"))
+
+
+def head_mask(model: nn.Module, layer: int, head: int) -> Tensor:
+    """A [P] mask on one attention head's own weights: W_Q, W_K, W_V, b_Q, b_K, b_V and W_O at
+    [:, head] (the output bias b_O is shared by all heads and left out)."""
+    flat = model.flat
+    layers = _layer_count(model)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < layers:
+        raise ConfigError(f"layer = {layer!r} is invalid; this model has layers 0..{layers - 1}")
+    heads = flat.shapes[flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+        raise ConfigError(f"head = {head!r} is invalid; layer {layer} has heads 0..{heads - 1}")
+    out = torch.zeros(flat.data.shape[1], dtype=flat.data.dtype, device=flat.data.device)
+    for leaf in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O"):
+        i = flat.names.index(f"blocks.{layer}.attn.{leaf}")
+        per_head = math.prod(flat.shapes[i][2:])
+        start = flat.offsets[i] + head * per_head
+        out[start : start + per_head] = 1.0
+    return out
+
+
+WEIGHT_GROUPS = ("all", "heads", "embed", "unembed")
+
+
+def weight_masks(model: nn.Module, spec: str) -> dict[str, Tensor | None]:
+    """Named masks from a comma list of groups: "all" (no mask), "heads" (one per head, "L0H1"),
+    "embed" (W_E and W_pos) and "unembed" (W_U and b_U), e.g. "all,heads"."""
+    out: dict[str, Tensor | None] = {}
+    for group in (part.strip() for part in spec.split(",")):
+        if group == "all":
+            out["all"] = None
+        elif group == "heads":
+            for layer in range(_layer_count(model)):
+                heads = model.flat.shapes[model.flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
+                out.update({f"L{layer}H{h}": head_mask(model, layer, h) for h in range(heads)})
+        elif group == "embed":
+            out["embed"] = parameter_mask(model, ["embed.W_E", "pos_embed.W_pos"])
+        elif group == "unembed":
+            out["unembed"] = parameter_mask(model, ["unembed.W_U", "unembed.b_U"])
+        else:
+            raise ConfigError(f"weight group {group!r} is unknown; choose from {', '.join(WEIGHT_GROUPS)}")
+    return out
+
+
+# --- sampling ---------------------------------------------------------------------------------
+
+
+class PoolSampler:
+    """Minibatch indices for R rows at once: each row walks through its own random permutations of
+    its pool of N examples, B at a time, like a shuffled DataLoader with drop_last: no example
+    repeats within a batch, and each is used once per epoch. Holds one [R, N] permutation."""
+
+    def __init__(self, rows: int, pool: int, batch_size: int, generator: torch.Generator,
+                 device: torch.device | str = "cpu") -> None:
+        self.rows, self.pool, self.batch_size = rows, pool, batch_size
+        self.generator, self.device = generator, device
+        self.per_epoch = pool // batch_size
+        self.order = torch.empty(rows, 0, dtype=torch.long, device=device)
+        self.cursor = self.per_epoch  # draw a permutation on the first call
+
+    def next(self) -> Tensor:
+        """[R, B] indices into each row's pool."""
+        if self.cursor == self.per_epoch:
+            keys = torch.rand(self.rows, self.pool, generator=self.generator)
+            self.order = keys.argsort(dim=1).to(self.device)
+            self.cursor = 0
+        start = self.cursor * self.batch_size
+        self.cursor += 1
+        return self.order[:, start : start + self.batch_size]
+
+
+@torch.no_grad()
+def sgld_step(flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, localization: float,
+              generator: torch.Generator, mask: Tensor | None = None, live: Tensor | None = None) -> None:
+    """One SGLD step on every row of `flat` from the gradients in `flat.grad` (devinterp 1.x):
+    w ← w − ε/2·(nβ·∇L_batch(w) + γ·(w − w*)) + N(0, ε).
+    `mask` [P] restricts drift and noise to its coordinates (devinterp's optimize_over); rows where
+    `live` [R] is False do not move."""
+    w = flat.data
+    update = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype).mul_(math.sqrt(lr))
+    update.add_(flat.grad, alpha=-0.5 * lr * nbeta)
+    if localization:
+        update.add_(w, alpha=-0.5 * lr * localization).add_(anchor, alpha=0.5 * lr * localization)
+    if mask is not None:
+        update.mul_(mask)
+    if live is not None:
+        update.masked_fill_(~live.unsqueeze(1), 0.0)  # also clears the NaN of a dead row's gradient
+    w.add_(update)
+
+
+def _generators(seed: int, device: torch.device) -> tuple[torch.Generator, torch.Generator, torch.Generator]:
+    """Independent streams for the init-loss batches, the SGLD batches (CPU) and the noise (device)."""
+    init_seed, batch_seed, noise_seed = (int(s) for s in np.random.SeedSequence(seed).generate_state(3))
+    return (torch.Generator().manual_seed(init_seed), torch.Generator().manual_seed(batch_seed),
+            torch.Generator(device=device).manual_seed(noise_seed))
+
+
+def _gather(data: Tensor, instance: Tensor, index: Tensor) -> Tensor:
+    """Rows of `data` [E, N, ...] picked per row: out[r, b] = data[instance[r], index[r, b]]."""
+    return data[instance.unsqueeze(1), index]
+
+
+@torch.no_grad()
+def _init_loss(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+               generator: torch.Generator) -> Tensor:
+    """L(w*) per instance [E] (float64): the mean over `init_loss_batches` disjoint minibatches of the
+    instance's own pool (the whole pool when batches × batch_size equals its size)."""
+    e, n = tokens.shape[:2]
+    sampler = PoolSampler(e, n, settings.batch_size, generator, tokens.device)
+    instance = torch.arange(e, device=tokens.device)
+    total = torch.zeros(e, dtype=torch.float64, device=tokens.device)
+    for _ in range(settings.init_loss_batches):
+        index = sampler.next()
+        total += _checked_loss(loss_fn(model, _gather(tokens, instance, index), _gather(targets, instance, index)), e)
+    return total / settings.init_loss_batches
+
+
+def _checked_loss(loss: Tensor, rows: int) -> Tensor:
+    if loss.shape != (rows,):
+        raise ConfigError(f"loss_fn returned shape {tuple(loss.shape)}; it must return one loss per instance, "
+                          f"shape ({rows},)")
+    return loss
+
+
+def _check_inputs(model: nn.Module, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                  mask: Tensor | None) -> None:
+    e, p = model.flat.data.shape
+    if tokens.shape[0] != e or targets.shape[0] != e:
+        raise ConfigError(f"tokens {tuple(tokens.shape)} and targets {tuple(targets.shape)} must have the "
+                          f"model's {e} instances on axis 0")
+    if tokens.shape[1] != targets.shape[1]:
+        raise ConfigError(f"tokens hold {tokens.shape[1]} examples per instance but targets {targets.shape[1]}")
+    if settings.batch_size > tokens.shape[1]:
+        raise ConfigError(f"batch_size = {settings.batch_size} is invalid; use at most the pool size "
+                          f"{tokens.shape[1]}")
+    if mask is not None and mask.shape != (p,):
+        raise ConfigError(f"mask has shape {tuple(mask.shape)}; it must be ({p},), one entry per parameter")
+
+
+def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+            nbeta: float, mask: Tensor | None, generators: tuple[torch.Generator, torch.Generator],
+            progress: bool, desc: str) -> tuple[Tensor, Tensor]:
+    """Run every chain of every instance; returns the draw losses [E·C, draws] (NaN once a chain
+    died) and the step at which each chain's loss first became non-finite [E·C] (-1: never)."""
+    batch_gen, noise_gen = generators
+    chains = settings.chains
+    sampler_model = replicate(model, chains)
+    flat = sampler_model.flat
+    rows = flat.data.shape[0]
+    anchor = flat.data.clone()
+    device = flat.data.device
+    instance = torch.arange(rows, device=tokens.device) // chains
+    sampler = PoolSampler(rows, tokens.shape[1], settings.batch_size, batch_gen, tokens.device)
+    mask = None if mask is None else mask.to(device, flat.data.dtype)
+    trace = torch.full((rows, settings.draws), math.nan, dtype=flat.data.dtype, device=device)
+    live = torch.ones(rows, dtype=torch.bool, device=device)
+    died = torch.full((rows,), -1, dtype=torch.long, device=device)
+    for step in tqdm(range(settings.steps), desc=desc, disable=not progress):
+        index = sampler.next()
+        flat.zero_grad()
+        loss = _checked_loss(loss_fn(sampler_model, _gather(tokens, instance, index),
+                                     _gather(targets, instance, index)), rows)
+        loss.sum().backward()
+        with torch.no_grad():
+            loss = loss.detach()
+            finite = torch.isfinite(loss)
+            died.masked_fill_(live & ~finite, step)
+            live &= finite
+            after = step - settings.burnin
+            if after >= 0 and (after + 1) % settings.steps_between_draws == 0:
+                trace[:, after // settings.steps_between_draws] = torch.where(live, loss, math.nan)
+            sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live)
+    return trace, died
+
+
+@dataclass
+class LLCResult:
+    """LLC estimates of E instances from C chains each; `warnings` start with "instance {e}: "."""
+
+    llc_mean: np.ndarray  # [E] mean over the chains with finite losses
+    llc_std: np.ndarray  # [E] std over those chains (ddof=1, like torch .std())
+    llc_per_chain: np.ndarray  # [E, C], NaN for a chain whose loss became non-finite
+    loss_trace: np.ndarray  # [E, C, draws] minibatch loss of each draw
+    init_loss: np.ndarray  # [E] L(w*)
+    warnings: list[str]
+    settings: dict
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per instance: instance, llc_mean, llc_std, init_loss, llc_chain{c}, n_warnings."""
+        e, c = self.llc_per_chain.shape
+        frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
+                              "init_loss": self.init_loss})
+        for chain in range(c):
+            frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
+        frame["n_warnings"] = [sum(w.startswith(f"instance {i}:") for w in self.warnings) for i in range(e)]
+        return frame
+
+
+def estimate_llc(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                 mask: Tensor | None = None, progress: bool = False, desc: str = "LLC") -> LLCResult:
+    """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
+    `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see the module docstring).
+
+    `loss_fn(model, tokens, targets)` returns the per-instance mean loss [n_instances] of a batch;
+    `tokens`, `targets` [E, N, ...] are each instance's pool, from which every chain draws its own
+    shuffled minibatches. As in devinterp 1.x, step i computes the minibatch loss at the current
+    weights, then moves (`sgld_step`); its loss is draw (i − burnin)/steps_between_draws when
+    i ≥ burnin and (i + 1 − burnin) is a multiple of steps_between_draws. With `mask` [P] only the
+    masked coordinates move (a restricted LLC). A chain whose loss becomes non-finite is frozen and
+    left out of llc_mean and llc_std, with a warning.
+
+    L(w*) averages `init_loss_batches` disjoint minibatches of the instance's pool, evaluated once on
+    the E-instance model and shared by its chains: a one-batch L(w*) shifts every chain's λ̂ by
+    nβ × that batch's error (devinterp 1.x averages `num_chains` batches of its loader instead).
+    Same settings and seed give identical numbers; only explicit generators are used.
+    """
+    _check_inputs(model, tokens, targets, settings, mask)
+    nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
+    device = model.flat.data.device
+    tokens, targets = tokens.to(device), targets.to(device)
+    init_gen, batch_gen, noise_gen = _generators(settings.seed, device)
+    init = _init_loss(model, loss_fn, tokens, targets, settings, init_gen)
+    trace, died = _sample(model, loss_fn, tokens, targets, settings, nbeta, mask, (batch_gen, noise_gen),
+                          progress, desc)
+    e, c = model.flat.data.shape[0], settings.chains
+    trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
+    init_np = init.cpu().numpy()
+    per_chain = nbeta * (trace.mean(axis=2) - init_np[:, None])
+    mean, std = _chain_summary(per_chain)
+    used = replace(settings, nbeta=nbeta)
+    messages = _diagnose(trace, init_np, per_chain, mean, died.cpu().numpy().reshape(e, c), used)
+    return LLCResult(mean, std, per_chain, trace, init_np, messages, used.to_dict())
+
+
+def _chain_summary(per_chain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std (ddof=1) over the finite chains of each instance; NaN where too few."""
+    finite = np.isfinite(per_chain)
+    count = finite.sum(axis=1)
+    values = np.where(finite, per_chain, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = values.sum(axis=1) / count
+        squares = np.where(finite, (per_chain - mean[:, None]) ** 2, 0.0).sum(axis=1)
+        std = np.sqrt(squares / (count - 1))
+    return mean, np.where(count > 1, std, np.nan)
+
+
+# --- diagnostics ------------------------------------------------------------------------------
+
+
+def _diagnose(trace: np.ndarray, init: np.ndarray, per_chain: np.ndarray, mean: np.ndarray, died: np.ndarray,
+              settings: SGLDSettings) -> list[str]:
+    """Readable warnings, instance by instance, in the order: non-finite, diverging, climbing,
+    disagreeing chains, negative LLC."""
+    messages: list[str] = []
+    for e in range(trace.shape[0]):
+        rise = trace[e] - init[e]
+        finite = np.isfinite(per_chain[e])
+        messages += _non_finite(e, died[e], settings)
+        if finite.any():
+            messages += _diverging(e, rise[finite], np.flatnonzero(finite))
+            messages += _climbing(e, rise[finite])
+            messages += _disagreeing(e, rise[finite], per_chain[e, finite], settings.nbeta)
+        if mean[e] < 0:
+            messages.append(f"instance {e}: mean LLC {mean[e]:.4g} < 0: the samples found lower loss than w*; "
+                            "w* may not be a local minimum (train longer), or lower lr or raise localization")
+    return messages
+
+
+def _non_finite(e: int, died: np.ndarray, settings: SGLDSettings) -> list[str]:
+    out = []
+    for chain in np.flatnonzero(died >= 0):
+        step = int(died[chain])
+        when = (f"draw {(step - settings.burnin) // settings.steps_between_draws} (step {step})"
+                if step >= settings.burnin else f"burn-in step {step}")
+        out.append(f"instance {e}: chain {chain} loss became non-finite at {when}; the chain was frozen and its "
+                   "LLC is NaN; lower lr or raise localization")
+    return out
+
+
+def _quarters(rise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean rise of the third and of the fourth quarter of each chain's draws."""
+    d = rise.shape[1]
+    return rise[:, d // 2 : 3 * d // 4].mean(axis=1), rise[:, 3 * d // 4 :].mean(axis=1)
+
+
+def _diverging(e: int, rise: np.ndarray, chains: np.ndarray) -> list[str]:
+    d = rise.shape[1]
+    if d < 4:
+        return []
+    own = rise.mean(axis=1)
+    median = float(np.median(own))
+    _, last = _quarters(rise)
+    spread = rise[:, : d // 2].std(axis=1)
+    out = []
+    for chain, mine, value, noise in zip(chains, own, last, spread):
+        references = [r for r in (mine, median) if r > 0]
+        if references and value > DIVERGE_FACTOR * (min(references) + noise):
+            out.append(f"instance {e}: chain {chain} diverges: its last-quarter loss rise {value:.4g} is over "
+                       f"{DIVERGE_FACTOR:g}× (the typical rise {min(references):.4g} + its early-draw spread "
+                       f"{noise:.4g}); lower lr or raise localization")
+    return out
+
+
+def _climbing(e: int, rise: np.ndarray) -> list[str]:
+    c, d = rise.shape
+    if c < 2 or d < MIN_DRAWS_FOR_TREND:
+        return []
+    third, fourth = _quarters(rise)
+    climb = fourth - third
+    noise = climb.std(ddof=1) / math.sqrt(c)
+    level = abs(float(rise.mean()))
+    if climb.mean() > TREND_FRACTION * level and climb.mean() > TREND_SIGMAS * noise:
+        return [(f"instance {e}: draw losses are still climbing over the second half (last quarter "
+                 f"{climb.mean():.4g} above the third, mean rise {level:.4g}); use more burnin or draws, "
+                 "or lower lr or raise localization")]
+    return []
+
+
+def _batch_means_se(rise: np.ndarray) -> np.ndarray:
+    """Standard error of each chain's mean draw from BATCH_MEANS contiguous batch means."""
+    batches = min(BATCH_MEANS, rise.shape[1])
+    usable = rise.shape[1] // batches * batches
+    means = rise[:, :usable].reshape(rise.shape[0], batches, -1).mean(axis=2)
+    return means.std(axis=1, ddof=1) / math.sqrt(batches)
+
+
+def _disagreeing(e: int, rise: np.ndarray, llcs: np.ndarray, nbeta: float) -> list[str]:
+    if len(llcs) < 2 or rise.shape[1] < 2:
+        return []
+    spread = float(llcs.std(ddof=1))
+    explained = nbeta * math.sqrt(float(np.mean(_batch_means_se(rise) ** 2)))
+    mean = float(llcs.mean())
+    if spread > DISAGREE_FRACTION * abs(mean) and spread > DISAGREE_NOISE_FACTOR * explained:
+        return [(f"instance {e}: chains disagree: LLC std {spread:.4g} over chains vs mean {mean:.4g}, while "
+                 f"each chain's own noise explains {explained:.4g}; use more burnin or draws, or more chains")]
+    return []
