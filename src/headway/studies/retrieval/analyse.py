@@ -23,11 +23,11 @@ from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model, load_runs
+from headway.studies.ensembles import DONE, by_task
 from headway.tasks.retrieval import generate
 
 TABLES = ("heads", "circuit", "head_curves", "probes")
 ANALYSIS_SEED = 20_240_601  # the examples analysed; fixed so every model is judged on the same questions
-DONE = "done.json"
 VERSION = 3  # bump when an analysis or rule changes, so cached tables are recomputed
 
 
@@ -45,7 +45,7 @@ def analyse_ensemble(run_dir: Path, analysis_dir: Path, device: torch.device | s
         return {name: pd.read_parquet(target / f"{name}.parquet") for name in TABLES}
     started = time.perf_counter()
     tables: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
-    for members in _by_task(runs).values():
+    for members in by_task(runs).values():
         for name, frame in _analyse_members(run_dir, runs, members, device, examples, curve_examples).items():
             tables[name].append(frame)
     out = {name: pd.concat(frames, ignore_index=True) for name, frames in tables.items()}
@@ -54,22 +54,6 @@ def analyse_ensemble(run_dir: Path, analysis_dir: Path, device: torch.device | s
         frame.to_parquet(target / f"{name}.parquet", index=False)
     layout.write_json(done, {"runs": ids, "version": VERSION, "seconds": round(time.perf_counter() - started, 2)})
     return out
-
-
-def recorded_seconds(run_dir: Path, analysis_dir: Path) -> tuple[float, float]:
-    """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
-    summary, done = run_dir / layout.SUMMARY, analysis_dir / run_dir.name / DONE
-    train = layout.read_json(summary).get("seconds_this_session", 0.0) if summary.is_file() else 0.0
-    analyse = layout.read_json(done).get("seconds", 0.0) if done.is_file() else 0.0
-    return float(train), float(analyse)
-
-
-def _by_task(runs: list[RunConfig]) -> dict[str, list[int]]:
-    """Instance indices grouped by task configuration (one group unless a grid mixed e.g. orders)."""
-    groups: dict[str, list[int]] = {}
-    for index, run in enumerate(runs):
-        groups.setdefault(repr(run.task), []).append(index)
-    return groups
 
 
 def _tag(frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:

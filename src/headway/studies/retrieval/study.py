@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 
 from headway.runs import layout
 from headway.runs.store import load_runs
-from headway.studies.retrieval.analyse import TABLES, analyse_ensemble, recorded_seconds
+from headway.studies.ensembles import recorded_seconds
+from headway.studies.retrieval.analyse import TABLES, analyse_ensemble
 from headway.studies.retrieval.plan import StudyPlan
 from headway.train.sweep import resolve_device, train_runs
 

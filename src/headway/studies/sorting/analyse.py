@@ -25,6 +25,7 @@ from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors, save_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model, load_runs
+from headway.studies.ensembles import DONE, by_task
 from headway.studies.sorting.plan import data_label
 from headway.tasks.pools import make_pools
 from headway.tasks.sorting import SortingConfig, generate
@@ -34,7 +35,6 @@ TABLES = ("final", "ablation", "dla", "mode_curve", "llc_final", "llc_curve")
 CIRCUITS = "circuits.safetensors"
 LLC_TRACE = "llc_trace"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
-DONE = "done.json"
 VERSION = 1  # bump when an analysis or rule changes, so cached tables are recomputed
 
 
@@ -56,7 +56,7 @@ def analyse_ensemble(run_dir: Path, analysis_dir: Path, sgld: SGLDSettings, deve
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     circuits: dict[str, list[torch.Tensor]] = {"ov": [], "qk": [], "scores": []}
     order: list[int] = []
-    for members in _by_task(runs).values():
+    for members in by_task(runs).values():
         tables, arrays = _analyse_members(run_dir, runs, members, device, examples, sgld, progress)
         for name, frame in tables.items():
             parts[name].append(frame)
@@ -87,27 +87,11 @@ def load_circuits(analysis_dir: Path, ensemble: str) -> tuple[dict[str, torch.Te
     return load_tensors(path), ids
 
 
-def recorded_seconds(run_dir: Path, analysis_dir: Path) -> tuple[float, float]:
-    """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
-    summary, done = run_dir / layout.SUMMARY, analysis_dir / run_dir.name / DONE
-    train = layout.read_json(summary).get("seconds_this_session", 0.0) if summary.is_file() else 0.0
-    analyse = layout.read_json(done).get("seconds", 0.0) if done.is_file() else 0.0
-    return float(train), float(analyse)
-
-
 def sorting_loss(task: SortingConfig):
     """Per-instance teacher-forced cross-entropy of a batch: the training loss, for SGLD."""
     def loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return readout_loss(readout(model, tokens, task.readout_positions), targets, task.vocab, "cross_entropy")
     return loss
-
-
-def _by_task(runs: list[RunConfig]) -> dict[str, list[int]]:
-    """Instance indices grouped by task (data) configuration."""
-    groups: dict[str, list[int]] = {}
-    for index, run in enumerate(runs):
-        groups.setdefault(repr(run.task), []).append(index)
-    return groups
 
 
 def _tag(frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:

@@ -12,8 +12,9 @@ from tqdm.auto import tqdm
 
 from headway.runs import layout
 from headway.runs.store import load_runs
+from headway.studies.ensembles import recorded_seconds
 from headway.studies.retrieval.study import hardware_description
-from headway.studies.sorting.analyse import TABLES, analyse_ensemble, recorded_seconds
+from headway.studies.sorting.analyse import TABLES, analyse_ensemble
 from headway.studies.sorting.plan import SortingPlan
 from headway.train.sweep import resolve_device, train_runs
 
