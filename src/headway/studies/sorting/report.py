@@ -47,6 +47,7 @@ def write_outputs(data: SortingStudyData, out: Path) -> Path:
     data_order = [data_label_of(d) for d in plan.data]
     gaps = realised_gaps(plan)
     final = final_table(metrics, tables, gaps)
+    final = final.merge(mode_settled(tables["mode_curve"], final), on="run_id", how="left")
     fractions = mode_fractions(final)
     final.to_csv(out / "results.csv", index=False)
     fractions.to_csv(out / "mode_fractions.csv", index=False)
@@ -105,6 +106,18 @@ def mode_fractions(final: pd.DataFrame) -> pd.DataFrame:
                          "count": int((group["mode"] == mode).sum()), "n": len(group),
                          "fraction": float((group["mode"] == mode).mean())})
     return pd.DataFrame(rows)
+
+
+def mode_settled(curve: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """Per run: the first checkpoint from which the mode equals the final mode at every later one."""
+    rows = []
+    for run_id, frame in curve.sort_values("step").groupby("run_id"):
+        modes, steps = frame["mode"].to_numpy(), frame.step.to_numpy()
+        last = modes[-1]
+        differs = np.flatnonzero(modes != last)
+        start = steps[differs[-1] + 1] if len(differs) else steps[0]
+        rows.append({"run_id": run_id, "settled_step": int(start)})
+    return pd.DataFrame(rows, columns=["run_id", "settled_step"])
 
 
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
@@ -210,6 +223,9 @@ def _modes_section(report: Report, data, final, fractions, data_order, figures: 
         "verdict": "reproduced" if len(pairs) else "not reproduced at this scale",
         "evidence": f"{len(pairs)} of {len(final)} models; largest suppressed fraction of any head: "
                     f"{final.filter(like='suppress_fraction').max().max():.2f}"})
+    section.table(final.groupby(["mode", "weight_decay"]).settled_step.describe()[["count", "min", "50%", "max"]]
+                  .reset_index(), "Step from which each model's final mode holds at every later checkpoint "
+                  "(the OV/QK circuits classified at each checkpoint).", float_format="{:.0f}")
     test = gap_effect(fractions)
     if test is not None:
         verdicts.append({
