@@ -110,6 +110,7 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {"training.png", "mode_map.png", "mode_fractions.png"} <= figures
     assert sum(name.startswith("development_") for name in figures) == 2
+    assert sum(name.startswith("sgld_") for name in figures) == 2  # each chain's loss trace, per traced run
     assert any(name.startswith("circuits_") for name in figures)
     # a second call reuses everything: same tables, nothing retrained or re-estimated
     before = (out / "results.csv").read_text()

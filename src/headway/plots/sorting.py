@@ -125,3 +125,18 @@ def plot_ablation(ablation: pd.DataFrame, title: str) -> Figure:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def plot_sgld_traces(llc: pd.DataFrame, title: str) -> Figure:
+    """SGLD diagnostics at one checkpoint: each chain's draw losses (rows `llc` of one run and step,
+    one panel per weight subset), with the loss at w* dashed; chains should level off together."""
+    fig, axes = plt.subplots(1, len(llc), figsize=(3.6 * len(llc), 3), squeeze=False)
+    for ax, row in zip(axes[0], llc.itertuples()):
+        for chain in row.loss_trace:
+            ax.plot(np.asarray(chain, dtype=float), lw=0.8)
+        ax.axhline(row.init_loss, color="k", ls="--", lw=1)
+        ax.set(title=f"{'whole model' if row.weights == 'all' else row.weights}: λ̂ {row.llc_mean:.0f} ± {row.llc_std:.0f}",
+               xlabel="draw", ylabel="minibatch loss")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -35,15 +35,15 @@ TABLES = ("final", "ablation", "dla", "mode_curve", "llc_final", "llc_curve")
 CIRCUITS = "circuits.safetensors"
 LLC_TRACE = "llc_trace"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
-VERSION = 1  # bump when an analysis or rule changes, so cached tables are recomputed
+VERSION = 2  # bump when an analysis or rule changes, so cached tables are recomputed
 
 
 def analyse_ensemble(run_dir: Path, analysis_dir: Path, sgld: SGLDSettings, development: Iterable[str],
-                     llc_checkpoints: int, examples: int, device: torch.device | str = "cpu",
+                     llc_checkpoints: int | None, examples: int, device: torch.device | str = "cpu",
                      progress: bool = True) -> dict[str, pd.DataFrame]:
     """The analysis tables of the ensemble at `run_dir`, computed once and then read from
     `analysis_dir`. Runs whose id is in `development` get the LLC (whole model and per head)
-    at `llc_checkpoints` log-spaced checkpoints."""
+    at every saved checkpoint (or `llc_checkpoints` log-spaced ones)."""
     target = analysis_dir / run_dir.name
     runs = load_runs(run_dir)
     development = sorted(set(development) & {run.run_id for run in runs})
@@ -169,15 +169,17 @@ def trace_steps(saved: list[int], count: int) -> list[int]:
 
 
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
-              count: int, device: torch.device | str, progress: bool) -> pd.DataFrame:
-    """LLC of the whole model and of each head, restricted to that head's weights, at log-spaced
-    checkpoints of `instances` (which share a task). Each checkpoint is saved as it finishes."""
+              count: int | None, device: torch.device | str, progress: bool) -> pd.DataFrame:
+    """LLC of the whole model and of each head, restricted to that head's weights, at every saved
+    checkpoint (or `count` log-spaced ones) of `instances` (which share a task), with each chain's
+    loss trace. Each checkpoint is saved as it finishes."""
     if not instances:
         return pd.DataFrame()
     task = runs[instances[0]].task
     if any(repr(runs[i].task) != repr(task) for i in instances):
         raise ValueError("the traced instances must share their data")
-    steps = trace_steps(checkpoint_steps(run_dir), count)
+    saved = checkpoint_steps(run_dir)
+    steps = saved if count is None else trace_steps(saved, count)
     model = load_model(run_dir, instances, device=device)
     pool_tokens, pool_targets = _pool(runs[instances[0]], len(instances), device)
     masks = {"all": None, **{f"L0H{h}": head_mask(model, 0, h) for h in range(model.cfg.heads)}}
@@ -198,6 +200,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             result = estimate_llc(model, sorting_loss(task), pool_tokens, pool_targets, sgld, mask=mask)
             frame = result.to_frame()
             frame["warnings"] = _warnings_per_instance(result.warnings, len(instances))
+            frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)
             frame.insert(0, "step", step)
             parts.append(frame)

@@ -28,7 +28,7 @@ class SortingPlan:
     settings: dict[str, Any] = field(default_factory=dict)  # flat run settings over the recipe
     sgld: SGLDSettings = field(default_factory=SGLDSettings)
     development_seeds: tuple[int, ...] = (0,)  # seeds whose LLC (whole and per head) is traced over checkpoints
-    llc_checkpoints: int = 12  # checkpoints (log-spaced, first and last included) of that trace
+    llc_checkpoints: int | None = None  # None: every saved checkpoint; else that many, log-spaced
     examples: int = 2000  # lists each model is analysed on
 
     def __post_init__(self) -> None:
@@ -41,7 +41,8 @@ class SortingPlan:
             check_number("weight decay", value, 0.0)
         for seed in self.seeds:
             check_int("seed", seed, 0)
-        check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        if self.llc_checkpoints is not None:
+            check_int("llc_checkpoints", self.llc_checkpoints, 2)
         self.runs()  # every task and recipe setting is checked before anything trains
 
     def runs(self) -> list[RunConfig]:
@@ -83,12 +84,12 @@ def study_plan(scale: str) -> SortingPlan:
         sgld = SGLDSettings(lr=3e-6, nbeta=1e4, localization=1e4, chains=4, draws=60, burnin=60, batch_size=32,
                             init_loss_batches=16)
         return SortingPlan("cpu", data=(UNIFORM, 1.5, 3.0), weight_decays=(0.005, 0.0), seeds=(0, 1, 2),
-                           settings=settings, sgld=sgld, llc_checkpoints=12)
+                           settings=settings, sgld=sgld)
     if scale == "gpu":
         settings = scale_settings("paper", "sorting")
         sgld = SGLDSettings(lr=3e-6, nbeta=1e4, localization=1e4, chains=8, draws=200, burnin=200, batch_size=512,
                             init_loss_batches=32)
         return SortingPlan("gpu", data=(UNIFORM, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
                            seeds=tuple(range(16)), settings=settings, sgld=sgld, development_seeds=(0, 1, 2),
-                           llc_checkpoints=40, examples=10_000)
+                           examples=10_000)
     raise ConfigError(f"scale = {scale!r} is unknown; choose one of {', '.join(STUDY_SCALES)}")

@@ -20,6 +20,7 @@ from headway.plots.sorting import (
     plot_development,
     plot_mode_fractions,
     plot_mode_map,
+    plot_sgld_traces,
     plot_training,
 )
 from headway.report.html import Report
@@ -52,7 +53,7 @@ def write_outputs(data: SortingStudyData, out: Path) -> Path:
     final.to_csv(out / "results.csv", index=False)
     fractions.to_csv(out / "mode_fractions.csv", index=False)
     if len(tables["llc_curve"]):
-        tables["llc_curve"].to_csv(out / "llc_curve.csv", index=False)
+        tables["llc_curve"].drop(columns="loss_trace", errors="ignore").to_csv(out / "llc_curve.csv", index=False)
 
     report = Report("Structure development in list-sorting transformers",
                     f"headway study sorting · scale `{plan.scale}` · {len(final)} trained transformers")
@@ -312,6 +313,11 @@ def _development_section(report: Report, data, figures: Path, verdicts: list) ->
         section.figure(_save(plot_development(loss, frame, boundaries, title), figures / f"development_{run_id}.png"),
                        f"Loss and LLC over training — {title}.")
         section.table(stages, f"Stages by the LLC — {title}.")
+        if "loss_trace" in frame.columns:
+            last = frame[frame.step == frame.step.max()]
+            section.figure(_save(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
+                                 figures / f"sgld_{run_id}.png"),
+                           f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         llc = whole.llc_mean.to_numpy()
         peak = int(np.nanargmax(llc))
         falls = 0 < peak < len(llc) - 1 and llc[-1] <= (1 - LLC_FALL) * llc[peak]
