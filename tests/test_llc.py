@@ -199,8 +199,8 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
     assert gap <= 3 * math.hypot(*se_of_mean(first))
     frame = first.to_frame()
     assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "init_loss",
-                                   *[f"llc_chain{c}" for c in range(6)], "n_warnings"]
-    assert frame.shape == (2, 11)
+                                   *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings"]
+    assert frame.shape == (2, 12)
     assert first.settings["nbeta"] == pytest.approx(default_nbeta(128)) == pytest.approx(128 / math.log(128))
 
 

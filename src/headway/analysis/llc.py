@@ -306,14 +306,22 @@ class LLCResult:
     warnings: list[str]
     settings: dict
 
+    def instance_warnings(self, index: int) -> list[str]:
+        """The diagnostics of one instance, without their "instance e: " prefix."""
+        prefix = f"instance {index}: "
+        return [w.removeprefix(prefix) for w in self.warnings if w.startswith(prefix)]
+
     def to_frame(self) -> pd.DataFrame:
-        """One row per instance: instance, llc_mean, llc_std, init_loss, llc_chain{c}, n_warnings."""
+        """One row per instance: instance, llc_mean, llc_std, init_loss, llc_chain{c}, n_warnings and
+        warnings (that instance's diagnostics joined by "; ")."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
                               "init_loss": self.init_loss})
         for chain in range(c):
             frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
-        frame["n_warnings"] = [sum(w.startswith(f"instance {i}:") for w in self.warnings) for i in range(e)]
+        own = [self.instance_warnings(i) for i in range(e)]
+        frame["n_warnings"] = [len(messages) for messages in own]
+        frame["warnings"] = ["; ".join(messages) for messages in own]
         return frame
 
 

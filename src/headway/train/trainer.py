@@ -182,10 +182,11 @@ class EnsembleTrainer:
                 bar.write(f"instance {e} (seed {run.seed}, lr {run.train.lr}) diverged at step "
                           f"{diverged[e]}: frozen, the others go on")
                 self._reported.add(e)
+        logged = rows[-len(self.runs):]
         live = [e for e in range(len(self.runs)) if active[e]]
         if live:
             bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
-                            val_acc=f"{np.mean([rows[-len(self.runs) + e]['val_accuracy'] for e in live]):.3f}")
+                            val_acc=f"{np.mean([logged[e]['val_accuracy'] for e in live]):.3f}")
 
     def _save(self, model, optim: EnsembleAdam, state: dict, step: int, rows: list, keep: set) -> None:
         weights = dict(model.named_parameters())

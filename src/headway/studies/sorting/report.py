@@ -25,9 +25,8 @@ from headway.plots.sorting import (
 )
 from headway.report.html import Report
 from headway.runs import layout
-from headway.studies.sorting.analyse import ANALYSIS_SEED, load_circuits
-from headway.studies.sorting.plan import data_label_of, data_settings
-from headway.tasks.sorting import SortingConfig, generate
+from headway.studies.sorting.analyse import load_circuits
+from headway.studies.sorting.plan import data_label_of
 
 if TYPE_CHECKING:
     from headway.studies.sorting.study import SortingStudyData
@@ -46,9 +45,9 @@ def write_outputs(data: SortingStudyData, out: Path) -> Path:
         stale.unlink()
     plan, metrics, tables = data.plan, data.metrics, data.tables
     data_order = [data_label_of(d) for d in plan.data]
-    gaps = realised_gaps(plan)
-    final = final_table(metrics, tables, gaps)
-    final = final.merge(mode_settled(tables["mode_curve"], final), on="run_id", how="left")
+    final = final_table(metrics, tables)
+    final = final.merge(mode_settled(tables["mode_curve"]), on="run_id", how="left")
+    gaps = final.groupby("data").mean_gap.first().to_dict()
     fractions = mode_fractions(final)
     final.to_csv(out / "results.csv", index=False)
     fractions.to_csv(out / "mode_fractions.csv", index=False)
@@ -71,26 +70,14 @@ def write_outputs(data: SortingStudyData, out: Path) -> Path:
     return report.write(out / "report.html")
 
 
-def realised_gaps(plan) -> dict[str, float]:
-    """Mean gap δ̄ of each data value, measured on the analysed lists (geometric gaps are redrawn
-    when a list overflows the range, which lowers the realised mean below the requested one)."""
-    out = {}
-    for value in plan.data:
-        task = SortingConfig(**{k: v for k, v in {**plan.settings, **data_settings(value)}.items()
-                                if k in SortingConfig.__dataclass_fields__})
-        out[data_label_of(value)] = float(generate(task, plan.examples, np.random.default_rng(ANALYSIS_SEED)).gaps.mean())
-    return out
-
-
-def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame], gaps: dict[str, float]) -> pd.DataFrame:
-    """One row per run: grid coordinates, final accuracies, mode and its quantities, final LLC."""
+def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per run: grid coordinates, measured δ̄, final accuracies, mode and its quantities, final LLC."""
     last = metrics[metrics.step == metrics.groupby("run_id").step.transform("max")]
     keep = ["run_id", "seed", "weight_decay", "val_loss", "val_accuracy", "val_list_accuracy"]
     final = tables["final"].merge(last[keep], on="run_id", how="left")
     llc = tables["llc_final"][["run_id", "llc_mean", "llc_std", "warnings"]].rename(
-        columns={"llc_mean": "llc", "llc_std": "llc_std", "warnings": "llc_warnings"})
+        columns={"llc_mean": "llc", "warnings": "llc_warnings"})
     final = final.merge(llc, on="run_id", how="left")
-    final["mean_gap"] = final.data.map(gaps)
     front = ["run_id", "data", "mean_gap", "weight_decay", "seed", "val_accuracy", "val_list_accuracy", "mode"]
     rest = [c for c in final.columns if c not in front and c not in ("instance", "ensemble")]
     return final[front + rest].sort_values(["data", "weight_decay", "seed"], ascending=[True, False, True],
@@ -109,7 +96,7 @@ def mode_fractions(final: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def mode_settled(curve: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+def mode_settled(curve: pd.DataFrame) -> pd.DataFrame:
     """Per run: the first checkpoint from which the mode equals the final mode at every later one."""
     rows = []
     for run_id, frame in curve.sort_values("step").groupby("run_id"):
