@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from headway.tasks.retrieval import RetrievalConfig, generate
+from headway.tasks.retrieval.task import RetrievalConfig, generate
 
 CFG = RetrievalConfig(vocab=32, chains=4, hops=4, layout="packed", order="shuffled", curriculum="ic")
 

@@ -28,15 +28,15 @@ from torch import nn
 from headway.analysis.llc import SGLDSettings, estimate_llc
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
-from headway.studies.sorting.analyse import sorting_loss as task_loss
-from headway.tasks.sorting import SortingConfig, generate
+from headway.tasks.sorting.task import SortingConfig, generate
+from headway.train.objective import run_loss
 
 MODEL = ModelConfig(layers=1, heads=2, d_model=96, d_head=48, d_mlp=0, layernorm=True)
 TASK = SortingConfig()
 # Calibrated on this model trained 1500 Adam steps (loss 0.002): the loss settles near 0.01. With
 # devinterp's default nβ = B/ln B and γ = 100 the chains leave the basin (loss above a uniform guess).
 LR, LOCALIZATION, NBETA = 3e-6, 1e4, 1e4
-sorting_loss = task_loss(TASK)  # the study's loss: teacher-forced cross-entropy on the sorted positions
+sorting_loss = run_loss(TASK, "cross_entropy")  # the study's loss: teacher-forced cross-entropy on the sorted positions
 
 
 def sync(device: torch.device) -> None:

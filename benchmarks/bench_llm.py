@@ -17,7 +17,7 @@ import time
 
 from headway.llm.backend import Backend, LoglikRequest
 from headway.llm.hf import HFBackend
-from headway.tasks.questions import Question, QuestionSet, make_questions
+from headway.tasks.retrieval.prompts.questions import Question, QuestionSet, make_questions
 
 
 def questions_per_second(backend: Backend, questions: list[Question]) -> float:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import TINY
+
 from headway.cli.main import main
-from headway.tasks.solver import solve
+from headway.tasks.retrieval.solver import solve
 
 
 def run_cli(args, capsys):
@@ -19,7 +19,7 @@ def run_cli(args, capsys):
 
 def test_data_retrieval_writes_resolvable_jsonl(tmp_path, capsys):
     out = tmp_path / "data.jsonl"
-    code, _, _ = run_cli(["data", "retrieval", "--hops", "3", "--chains", "2", "--vocab", "20", "-n", "50",
+    code, _, _ = run_cli(["data", "retrieval", "--hops", "3", "--chains", "2", "--vocab", "20", "--count", "50",
                           "--seed", "4", "--out", str(out)], capsys)
     assert code == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
@@ -31,7 +31,7 @@ def test_data_retrieval_writes_resolvable_jsonl(tmp_path, capsys):
 
 def test_data_retrieval_conditional_to_stdout(capsys):
     code, out, _ = run_cli(["data", "retrieval", "--conditional", "--hops", "2", "--chains", "2",
-                            "--vocab", "30", "-n", "5"], capsys)
+                            "--vocab", "30", "--count", "5"], capsys)
     assert code == 0
     for line in out.splitlines():
         r = json.loads(line)
@@ -47,7 +47,9 @@ def test_data_retrieval_conditional_to_stdout(capsys):
     (["--layout", "diagonal"], "diagonal"),
     (["--curriculum", "sometimes"], "sometimes"),
     (["--hops", "two"], "two"),
-    (["-n", "0"], "0"),
+    (["--count", "0"], "0"),
+    (["-n", "5"], "--count"),
+    (["-D", "2"], "--hops"),
 ])
 def test_bad_data_arguments_exit_2_with_one_line_and_write_nothing(tmp_path, capsys, args, fragment):
     out = tmp_path / "never.jsonl"
@@ -143,3 +145,40 @@ def test_choice_named_none_is_a_word_not_a_missing_value():
 
     assert parse_values("curriculum", "ic,none", str) == ["ic", "none"]
     assert parse_values("grad_clip", "none", float) == [None]
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["train", "--out", "x", "--seeds", "0,1"], "option --seeds was renamed; use --seed"),
+    (["demo", "--seeds", "0"], "use --seed"),
+    (["study", "retrieval", "--out", "x", "--curricula", "ic", "--dry-run"], "use --curriculum"),
+    (["study", "sorting", "--out", "x", "--mean-gaps", "2", "--dry-run"], "use --mean-gap"),
+    (["study", "sorting", "--out", "x", "--weight-decays", "0", "--dry-run"], "use --weight-decay"),
+    (["data", "sorting", "-n", "5"], "use --length (numbers per list) or --count"),
+    (["data", "sorting", "--no-repeats"], "use --repeats false"),
+    (["data", "prompts", "--out", "x", "-n", "5"], "use --questions"),
+])
+def test_old_option_spellings_are_refused_with_a_hint(tmp_path, capsys, monkeypatch, args, hint):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and hint in err and len(err.strip().splitlines()) == 1, err
+    assert out == "" and not list(tmp_path.iterdir())
+
+
+def test_boolean_settings_take_a_value_or_stand_alone(capsys):
+    code, out, _ = run_cli(["data", "sorting", "--repeats", "--length", "12", "--values", "4", "--count", "3"], capsys)
+    assert code == 0 and all(len(set(json.loads(line)["list"])) < 12 for line in out.splitlines())
+    code, out, _ = run_cli(["data", "sorting", "--repeats", "false", "--count", "3"], capsys)
+    assert code == 0 and all(len(set(json.loads(line)["list"])) == 10 for line in out.splitlines())
+    code, _, err = run_cli(["data", "sorting", "--repeats", "maybe"], capsys)
+    assert code == 2 and "maybe" in err
+
+
+def test_study_options_come_from_the_plan(capsys):
+    code, out, _ = run_cli(["study", "retrieval", "--out", "unused", "--layers", "1,2", "--hops", "1", "--seed", "0",
+                            "--curriculum", "ic", "--conditional-hops", "none", "--dry-run"], capsys)
+    assert code == 0 and "depth: 2 runs in 2 ensemble(s)" in out and "conditional: not run" in out
+    code, out, _ = run_cli(["study", "retrieval", "--help"], capsys)
+    for option in ("--seed", "--curriculum", "--layout", "--conditional-seed", "--steps", "--vocab"):
+        assert option in out
+    code, _, err = run_cli(["study", "retrieval", "--out", "unused", "--layout", "diagonal", "--dry-run"], capsys)
+    assert code == 2 and "diagonal" in err

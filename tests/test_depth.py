@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from headway.plots.depth import plot_depth
-from headway.studies.depth import depth_table, measured_min_layers, min_layers
+from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.tasks.retrieval.theory import min_layers
 
 
 @pytest.mark.parametrize("hops, layers", [(1, 1), (2, 2), (4, 2), (5, 3), (13, 3), (14, 4), (40, 4),

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
-from headway.analysis.heads import head_scores, statement_patterns
-from headway.analysis.interventions import HeadIntervention, head_effects, swap_roots
-from headway.analysis.positions import map_statements
-from headway.analysis.roles import attention_roles, circuit_check, name_circuit
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.solver import solve
+from headway.tasks.retrieval.heads import head_scores, statement_patterns
+from headway.tasks.retrieval.interventions import HeadIntervention, head_effects, swap_roots
+from headway.tasks.retrieval.positions import map_statements
+from headway.tasks.retrieval.roles import attention_roles, circuit_check, name_circuit
+from headway.tasks.retrieval.solver import solve
 
 TASK = RetrievalConfig(vocab=12, chains=3, hops=2)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from headway.presets import scale_settings
 from headway.runs.config import expand_grid
-from headway.studies.depth import final_accuracy
+from headway.runs.store import final_metrics
+from headway.tasks.registry import scale_settings
 from headway.train.sweep import train_runs
 
 STEPS = 1000
@@ -20,7 +20,7 @@ SEEDS = [0, 1]
 def final_accuracies(tmp_path, layers: int, hops: int) -> list[float]:
     base = {**scale_settings("cpu"), "steps": STEPS, "layout": "packed", "curriculum": "ic"}
     runs = expand_grid(base, {"layers": [layers], "hops": [hops], "seed": SEEDS})
-    final = final_accuracy(train_runs(runs, tmp_path, device="cpu", progress=False))
+    final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False))
     assert len(final) == len(SEEDS)
     return final.val_accuracy.tolist()
 

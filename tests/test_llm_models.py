@@ -21,7 +21,7 @@ from conftest import free_port
 from headway.cli.main import main
 from headway.llm.backend import LoglikRequest
 from headway.llm.run import BackendSettings, run_llm_eval
-from headway.tasks.questions import QuestionSet, make_questions, read_questions
+from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions, read_questions
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow

@@ -11,10 +11,10 @@ import yaml
 
 from headway.errors import ConfigError
 from headway.llm.scoring import parse_reply, pick_option, wilson_interval
-from headway.tasks.formulations import FORMULATIONS, kinship, parse_formulations
-from headway.tasks.harness import write_harness
-from headway.tasks.questions import QuestionSet, make_questions, read_questions, write_questions
-from headway.tasks.solver import solve
+from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, kinship, parse_formulations
+from headway.tasks.retrieval.prompts.harness import write_harness
+from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions, read_questions, write_questions
+from headway.tasks.retrieval.solver import solve
 
 SPEC = QuestionSet(max_hops=4, questions=25, seed=3)
 

@@ -12,7 +12,7 @@ from headway.errors import ConfigError
 from headway.llm.evaluate import summarise
 from headway.llm.report import verdict, write_report
 from headway.plots.llm import accuracy_vs_hops
-from headway.tasks.questions import QuestionSet, make_questions
+from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions
 
 N = 40
 # Correct answers per hop (1..4) for each formulation and metric; exact_match also has unparseable replies.

@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headway.analysis.positions import map_statements, reading_positions
-from headway.analysis.probes import depth_probes, fit_probe, probe_reach, probe_targets, residual_streams
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.runs.store import load_model
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.solver import solve
+from headway.tasks.retrieval.positions import map_statements, reading_positions
+from headway.tasks.retrieval.probes import depth_probes, fit_probe, probe_reach, probe_targets, residual_streams
+from headway.tasks.retrieval.solver import solve
 from headway.train.sweep import train_runs
 
 VOCAB = 16

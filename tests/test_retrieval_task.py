@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from headway.errors import ConfigError
-from headway.tasks.export import to_records, write_jsonl
+from headway.tasks.export import write_jsonl
 from headway.tasks.pools import make_pools
 from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS, RetrievalConfig, generate
-from headway.tasks.solver import solve, solve_batch
+from headway.tasks.retrieval.solver import solve, solve_batch
 
 N = 10_000
 
@@ -106,7 +106,7 @@ def test_jsonl_records_match_tokens(conditional: bool, layout: str) -> None:
     buffer = io.StringIO()
     assert write_jsonl(buffer, cfg, b) == 300
     records = [json.loads(line) for line in buffer.getvalue().splitlines()]
-    assert records == to_records(cfg, b)
+    assert records == cfg.records(b)
     for i, rec in enumerate(records):
         assert rec["positions"] == list(range(cfg.n_ctx)) and rec["readout_position"] == cfg.n_ctx - 1
         assert len(rec["tokens"]) == cfg.n_ctx

@@ -7,20 +7,20 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from headway.analysis.circuits import measure_readout_scale, ov_circuits, qk_circuits
-from headway.analysis.head_effects import (
+from headway.errors import ConfigError
+from headway.model.config import ModelConfig
+from headway.model.transformer import EnsembleTransformer
+from headway.plots.circuits import plot_circuits, plot_diagonal_scores
+from headway.tasks.sorting import SortingConfig, encode, generate
+from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
+from headway.tasks.sorting.effects import (
     ALL_HEADS,
     ablate_heads,
     autoregressive_accuracy,
     direct_logit_attribution,
     gap_bins,
 )
-from headway.analysis.modes import ModeThresholds, classify_modes, copy_sets, diagonal_scores
-from headway.errors import ConfigError
-from headway.model.config import ModelConfig
-from headway.model.transformer import EnsembleTransformer
-from headway.plots.circuits import plot_circuits, plot_diagonal_scores
-from headway.tasks.sorting import SortingConfig, encode, generate
+from headway.tasks.sorting.modes import ModeThresholds, classify_modes, copy_sets, diagonal_scores
 
 TASK = SortingConfig(length=10, values=51)
 TINY = SortingConfig(length=4, values=12)

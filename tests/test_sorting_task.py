@@ -9,9 +9,9 @@ import pytest
 
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.presets import scale_settings
 from headway.runs.config import RunConfig, group_runs
 from headway.tasks.pools import make_pools
+from headway.tasks.registry import scale_settings
 from headway.tasks.sorting import SortingConfig, encode, generate
 from headway.train.sweep import train_runs
 

@@ -10,11 +10,11 @@ import pytest
 
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.studies.retrieval.plan import StudyPlan, study_plan
+from headway.studies.retrieval.plan import RetrievalPlan, study_plan
 
 pytestmark = pytest.mark.slow
-ARGS = ["study", "retrieval", "--scale", "cpu", "--layers", "1,2", "--hops", "1,2", "--seeds", "0,1",
-        "--curricula", "ic", "--conditional-hops", "none", "--steps", "1000", "--no-progress", "--device", "cpu"]
+ARGS = ["study", "retrieval", "--scale", "cpu", "--layers", "1,2", "--hops", "1,2", "--seed", "0,1",
+        "--curriculum", "ic", "--conditional-hops", "none", "--steps", "1000", "--no-progress", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_rerun_reuses_runs_and_analyses(study, capsys):
 
 def test_plans_refuse_bad_axes():
     with pytest.raises(ConfigError, match="curricula value 'sometimes'"):
-        StudyPlan(curricula=("sometimes",))
+        RetrievalPlan(curricula=("sometimes",))
     with pytest.raises(ConfigError, match="scale = 'huge'"):
         study_plan("huge")
     cpu = study_plan("cpu")

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings
 from headway.analysis.stages import label_stages, llc_turns, loss_plateaus, stage_boundaries
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.presets import scale_settings
-from headway.studies.sorting.analyse import trace_steps
 from headway.studies.sorting.plan import SortingPlan, study_plan
-from headway.studies.sorting.study import run_sorting_study
+from headway.studies.sorting.study import SortingStudy
+from headway.tasks.registry import scale_settings
 
 SMALL = {**scale_settings("cpu", "sorting"), "length": 5, "values": 16, "d_model": 32, "d_head": 16, "steps": 150,
          "batch_size": 64, "train_size": 5000, "val_size": 500, "eval_every": 25, "checkpoint_every": 50,
@@ -89,7 +89,7 @@ def test_plans_check_their_grid():
 @pytest.mark.slow
 def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     out = tmp_path / "study"
-    report = run_sorting_study(small_plan(), out, device="cpu", progress=False)
+    report = SortingStudy(small_plan(), out, device="cpu", progress=False).run()
     html = report.read_text()
     for section in ("Head modes", "Circuits", "Ablations", "Development", "Claims", "Methods"):
         assert section in html
@@ -114,7 +114,7 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert any(name.startswith("circuits_") for name in figures)
     # a second call reuses everything: same tables, nothing retrained or re-estimated
     before = (out / "results.csv").read_text()
-    run_sorting_study(small_plan(), out, device="cpu", progress=False)
+    SortingStudy(small_plan(), out, device="cpu", progress=False).run()
     assert (out / "results.csv").read_text() == before
     again = json.loads((out / "summary.json").read_text())
     assert again["seconds"]["training_s"] < 5 and again["seconds"]["analysis_s"] < 5
@@ -123,8 +123,8 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
 def test_study_sorting_cli_dry_run_and_bad_input(capsys):
     assert main(["study", "sorting", "--out", "unused", "--dry-run"]) == 0
     assert "18 runs in 1 ensemble(s)" in capsys.readouterr().out
-    assert main(["study", "sorting", "--out", "unused", "--mean-gaps", "uniform,2,3", "--seeds", "0..3",
+    assert main(["study", "sorting", "--out", "unused", "--mean-gap", "uniform,2,3", "--seed", "0..3",
                  "--dry-run"]) == 0
     assert "24 runs" in capsys.readouterr().out
-    assert main(["study", "sorting", "--out", "unused", "--mean-gaps", "abc", "--dry-run"]) == 2
+    assert main(["study", "sorting", "--out", "unused", "--mean-gap", "abc", "--dry-run"]) == 2
     assert "abc" in capsys.readouterr().err

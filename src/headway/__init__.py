@@ -13,13 +13,18 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "ConfigError": "headway.errors",
+    "Task": "headway.tasks.base",
+    "register_task": "headway.tasks.registry",
+    "task_names": "headway.tasks.registry",
+    "scale_settings": "headway.tasks.registry",
     "RetrievalConfig": "headway.tasks.retrieval",
     "generate": "headway.tasks.retrieval",
+    "SortingConfig": "headway.tasks.sorting",
     "make_pools": "headway.tasks.pools",
-    "solve": "headway.tasks.solver",
+    "solve": "headway.tasks.retrieval.solver",
     "ModelConfig": "headway.model.config",
     "EnsembleTransformer": "headway.model.transformer",
-    "TrainConfig": "headway.train.config",
+    "TrainConfig": "headway.recipe",
     "RunConfig": "headway.runs.config",
     "expand_grid": "headway.runs.config",
     "group_runs": "headway.runs.config",
@@ -29,6 +34,9 @@ _EXPORTS = {
     "load_metrics": "headway.runs.store",
     "load_summary": "headway.runs.store",
     "load_model": "headway.runs.store",
+    "Study": "headway.studies.base",
+    "Verdict": "headway.studies.verdict",
+    "register_study": "headway.studies.registry",
 }
 __all__ = sorted(_EXPORTS)
 

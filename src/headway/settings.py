@@ -7,9 +7,11 @@ Every refusal names the setting, the value given and what is allowed, e.g.
 from __future__ import annotations
 
 import math
+import types
+import typing
 from dataclasses import asdict, fields
 from numbers import Integral, Real
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from headway.errors import ConfigError
 
@@ -54,9 +56,27 @@ def check_bool(name: str, value: Any) -> bool:
     return bool(value)
 
 
+def field_types(cls: type) -> dict[str, type]:
+    """Field name -> value type of a config dataclass (`int` for `int | None`)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        kind = hints[f.name]
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        out[f.name] = kind
+    return out
+
+
 class Settings:
     """Mixin for frozen config dataclasses: `normalise` stores checked values, `to_dict` and
-    `from_dict` round-trip through plain dictionaries (unknown keys are refused)."""
+    `from_dict` round-trip through plain dictionaries (unknown keys are refused).
+
+    `LATER` names the settings added after runs were first stored, each with the value that keeps
+    the older behaviour: `stored_dict` leaves them out while they hold it, so adding a setting never
+    changes the id or the stored config of a run that does not use it."""
+
+    LATER: ClassVar[dict[str, Any]] = {}
 
     def normalise(self, **values: Any) -> None:
         """Store checked (converted) values on this frozen instance."""
@@ -64,7 +84,12 @@ class Settings:
             object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every setting."""
         return asdict(self)
+
+    def stored_dict(self) -> dict[str, Any]:
+        """Every setting except the LATER ones at their older-behaviour value: what identifies a run."""
+        return {k: v for k, v in asdict(self).items() if not (k in self.LATER and v == self.LATER[k])}
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:

@@ -32,8 +32,14 @@ def emergence_step(steps: np.ndarray, scores: np.ndarray, fraction: float = 0.5,
     if final - first < min_rise:
         return float("nan")
     level = min(first + fraction * (final - first), final)  # min() guards against rounding above s1
+    return stays_above_from(steps, scores, level)
+
+
+def stays_above_from(steps: np.ndarray, scores: np.ndarray, level: float) -> float:
+    """First step from which `scores` stays at or above `level` to the end; NaN if the last score is below."""
+    steps, scores = np.asarray(steps, dtype=float), np.asarray(scores, dtype=float)
     stays_above = np.minimum.accumulate(scores[::-1])[::-1] >= level
-    return float(steps[np.argmax(stays_above)])
+    return float(steps[np.argmax(stays_above)]) if stays_above[-1] else float("nan")
 
 
 def _check_curve(steps: np.ndarray, scores: np.ndarray) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import parse_values
+from headway.cli.options import parse_values, renamed_options
 
 
 @click.command()
@@ -14,21 +14,22 @@ from headway.cli.options import parse_values
               show_default=True, help="Sweep directory; re-running reuses finished runs.")
 @click.option("--layers", default="1,2", show_default=True, help="Layer counts to train.")
 @click.option("--hops", default="1,2", show_default=True, help="Hop counts D to train on.")
-@click.option("--seeds", default="0,1", show_default=True, help="Seeds per cell.")
+@click.option("--seed", default="0,1", show_default=True, help="Seeds per cell.")
 @click.option("--vocab", type=int, default=None, help="Symbols V (CPU scale: 16; need V >= K·(D+1)).")
 @click.option("--chains", type=int, default=None, help="Chains K (CPU scale: 4).")
 @click.option("--device", default="auto", show_default=True)
-def demo(out: Path, layers: str, hops: str, seeds: str, vocab: int | None, chains: int | None, device: str) -> None:
+@renamed_options({"--seeds": "--seed"})
+def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains: int | None, device: str) -> None:
     """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law."""
     from headway.plots.depth import plot_depth
-    from headway.presets import scale_settings
     from headway.runs.config import expand_grid
-    from headway.studies.depth import depth_table, measured_min_layers
+    from headway.studies.retrieval.depth import depth_table, measured_min_layers
+    from headway.tasks.registry import scale_settings
     from headway.train.sweep import train_runs
 
     axes = {"layers": parse_values("layers", layers, int), "hops": parse_values("hops", hops, int),
-            "seed": parse_values("seeds", seeds, int)}
-    base = scale_settings("cpu")
+            "seed": parse_values("seed", seed, int)}
+    base = scale_settings("cpu", "retrieval")
     base.update({k: v for k, v in (("vocab", vocab), ("chains", chains)) if v is not None})
     runs = expand_grid(base, axes)
     click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "

@@ -1,28 +1,19 @@
-"""Command-line options generated from the config dataclasses, so every setting can be set or swept."""
+"""Command-line options generated from config dataclasses and study plans, so that every setting can
+be set or swept under one name in every command; and the refusal of old option spellings."""
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from headway.errors import ConfigError
-from headway.tasks.formulations import parse_formulations
-from headway.tasks.questions import QuestionSet
+from headway.tasks.retrieval.prompts.formulations import parse_formulations
+from headway.tasks.retrieval.prompts.questions import QuestionSet
 
 TRUE = ("true", "yes", "on", "1")
 FALSE = ("false", "no", "off", "0")
-
-
-def _base_type(annotation: Any) -> type:
-    """int for `int | None`, etc.: the one non-None type of a resolved field annotation."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return next(a for a in typing.get_args(annotation) if a is not type(None))
-    return annotation
 
 
 def parse_value(name: str, text: str, kind: type) -> Any:
@@ -61,23 +52,45 @@ def parse_values(name: str, text: str, kind: type) -> list[Any]:
     return values
 
 
-def setting_fields(*classes: type) -> dict[str, type]:
-    """Field name -> value type over the given config dataclasses."""
-    out: dict[str, type] = {}
-    for cls in classes:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            out[f.name] = _base_type(hints[f.name])
-    return out
+def option_flag(name: str) -> str:
+    """The option spelling of a setting or field name: `weight_decay` -> `--weight-decay`."""
+    return "--" + name.replace("_", "-")
+
+
+def setting_option(name: str, kind: type, help: str, metavar: str = "V[,V…]") -> click.Option:
+    """`--name VALUE(S)` for one setting, passed as text (parse with parse_values); a boolean setting
+    given without a value means true."""
+    extra = {"is_flag": False, "flag_value": "true"} if kind is bool else {}
+    return click.Option([option_flag(name), name], default=None, metavar=metavar, help=help, **extra)
 
 
 def sweep_options(settings: dict[str, type], help_for: Callable[[str], str]) -> Callable:
     """Decorator adding `--name VALUES` for every setting (comma lists sweep)."""
 
     def decorate(func: Callable) -> Callable:
-        for name in reversed(list(settings)):
-            flag = "--" + name.replace("_", "-")
-            func = click.option(flag, name, default=None, metavar="V[,V…]", help=help_for(name))(func)
+        params = getattr(func, "__click_params__", [])
+        params.extend(reversed([setting_option(name, kind, help_for(name)) for name, kind in settings.items()]))
+        func.__click_params__ = params
+        return func
+
+    return decorate
+
+
+def renamed_options(renames: dict[str, str], flags: tuple[str, ...] = ()) -> Callable:
+    """Decorator adding hidden options under old spellings (`renames`: old -> what to use instead) that
+    end the command with a one-line hint; `flags` are old spellings that took no value."""
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value not in (None, False):
+            old = param.opts[0]
+            raise click.UsageError(f"option {old} was renamed; use {renames[old]}", ctx)
+
+    def decorate(func: Callable) -> Callable:
+        params = getattr(func, "__click_params__", [])
+        for old in renames:
+            params.append(click.Option([old], hidden=True, expose_value=False, callback=refuse,
+                                       is_flag=old in flags, default=None if old not in flags else False))
+        func.__click_params__ = params
         return func
 
     return decorate
@@ -90,7 +103,7 @@ def question_options(command: click.Command) -> click.Command:
                      help="F1 assign, F2 code, F3 boxes, F4 wizards, F5 relatives: keys or names, comma list."),
         click.option("--max-hops", type=int, default=QuestionSet.max_hops, show_default=True,
                      help="Ask about 1..MAX_HOPS hops."),
-        click.option("--questions", "-n", type=int, default=QuestionSet.questions, show_default=True,
+        click.option("--questions", type=int, default=QuestionSet.questions, show_default=True,
                      help="Questions per formulation and hop count."),
         click.option("--chains", type=int, default=QuestionSet.chains, show_default=True,
                      help="Chains per question (the queried one plus distractors)."),
@@ -100,7 +113,7 @@ def question_options(command: click.Command) -> click.Command:
     ]
     for option in reversed(options):
         command = option(command)
-    return command
+    return renamed_options({"-n": "--questions"})(command)
 
 
 def question_set(formulations: str, max_hops: int, questions: int, chains: int, n_options: int,

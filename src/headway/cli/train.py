@@ -1,4 +1,7 @@
-"""`headway train …`: train one configuration or a grid; same-shaped runs share an ensemble."""
+"""`headway train …`: train one configuration or a grid; same-shaped runs share an ensemble.
+
+Its options come from the task registry and the model and training configs: every setting of every
+registered task is an option, and `--task` / `--scale` read the registry."""
 
 from __future__ import annotations
 
@@ -6,33 +9,34 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import parse_values, setting_fields, sweep_options
+from headway.cli.options import parse_values, renamed_options, sweep_options
 from headway.model.config import ModelConfig
-from headway.presets import scale_settings
-from headway.runs.config import TASKS
-from headway.tasks.retrieval import RetrievalConfig
-from headway.tasks.sorting import SortingConfig
-from headway.train.config import TrainConfig
+from headway.recipe import TrainConfig
+from headway.settings import field_types
+from headway.tasks.registry import DEFAULT_TASK, TASKS, scale_settings, setting_types
 
-SETTINGS = setting_fields(RetrievalConfig, SortingConfig, ModelConfig, TrainConfig)
-SETTINGS.update(seed=int, data_seed=int)
+SETTINGS = {**setting_types(), **field_types(ModelConfig), **field_types(TrainConfig), "seed": int, "data_seed": int}
 
 
 def _help(name: str) -> str:
     return f"{name.replace('_', ' ')}; comma-separated values (or A..B) sweep it"
 
 
+def _task_help() -> str:
+    return "; ".join(f"{cls.name}: {cls.summary}" for cls in TASKS.classes())
+
+
 @click.command()
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Sweep directory (one sub-directory per ensemble); re-running resumes.")
-@click.option("--task", type=click.Choice(list(TASKS)), default="retrieval", show_default=True,
-              help="retrieval (docs/retrieval-task.md) or sorting (docs/sorting-task.md).")
-@click.option("--scale", type=click.Choice(["paper", "cpu"]), default="paper", show_default=True,
-              help="Defaults to start from: the task's paper recipe, or a CPU-sized one.")
+@click.option("--task", type=click.Choice(TASKS.names()), default=DEFAULT_TASK, show_default=True, help=_task_help())
+@click.option("--scale", default=None, help="Defaults to start from: a named scale of the task (each task's are in "
+                                            "docs/cli.md; default: its first, e.g. the paper's recipe).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
 @sweep_options(SETTINGS, _help)
-def train(out: Path, task: str, scale: str, device: str, progress: bool, **settings: str | None) -> None:
+@renamed_options({"--seeds": "--seed (a comma list or A..B sweeps it)"})
+def train(out: Path, task: str, scale: str | None, device: str, progress: bool, **settings: str | None) -> None:
     """Train a task. Every setting takes a comma list; the grid is their product.
 
     Example: headway train --scale cpu --layers 1,2 --hops 1,2 --seed 0..3 --out runs/depth
@@ -45,7 +49,7 @@ def train(out: Path, task: str, scale: str, device: str, progress: bool, **setti
     from headway.train.sweep import resolve_device, train_runs
 
     resolve_device(device)
-    base = {**scale_settings(scale, task), "task": task}
+    base = scale_settings(scale, task)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, LoglikRequest
 from headway.llm.scoring import parse_reply, pick_option, wilson_interval
-from headway.tasks.questions import Question
+from headway.tasks.retrieval.prompts.questions import Question
 
 SCORINGS = ("loglik", "generate", "both")
 # Metric name of each scoring rule in the results table.

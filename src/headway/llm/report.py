@@ -14,8 +14,8 @@ from headway.errors import ConfigError
 from headway.llm.evaluate import METRICS
 from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
 from headway.report.html import Report
-from headway.tasks.formulations import FORMULATIONS
-from headway.tasks.questions import ANSWER_CUE, REPLY_RULE, Question
+from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
+from headway.tasks.retrieval.prompts.questions import ANSWER_CUE, REPLY_RULE, Question
 
 FIGURE = Path("figures") / "accuracy_vs_hops.png"
 # Readable names of the known `meta` keys, in the order the summary lists them; other keys follow as given.

@@ -18,8 +18,8 @@ from headway.errors import ConfigError
 from headway.llm.backend import Backend
 from headway.llm.cache import CachedBackend, ResponseCache
 from headway.llm.evaluate import evaluate, scoring_modes, summarise
-from headway.tasks.harness import write_harness
-from headway.tasks.questions import QuestionSet, check_renderable, make_questions, write_questions
+from headway.tasks.retrieval.prompts.harness import write_harness
+from headway.tasks.retrieval.prompts.questions import QuestionSet, check_renderable, make_questions, write_questions
 
 BACKENDS = ("hf", "http", "vllm")
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from headway.errors import ConfigError
-from headway.settings import Settings, check_bool, check_choice, check_int
+from headway.settings import Settings, check_bool, check_choice, check_int, check_number
 
 ATTENTION_KINDS = ("causal", "bidirectional")
 
@@ -21,6 +22,9 @@ class ModelConfig(Settings):
     d_mlp: int | None = None  # default 4 * d_model; 0 = attention-only
     layernorm: bool = True
     attention: str = "causal"
+    init_scale: float = 1.0  # multiplies the N(0, 0.02) initial weight matrices (docs/decisions.md)
+
+    LATER: ClassVar[dict[str, Any]] = {"init_scale": 1.0}
 
     def __post_init__(self) -> None:
         self.normalise(
@@ -31,6 +35,7 @@ class ModelConfig(Settings):
             d_mlp=None if self.d_mlp is None else check_int("d_mlp", self.d_mlp, 0),
             layernorm=check_bool("layernorm", self.layernorm),
             attention=check_choice("attention", self.attention, ATTENTION_KINDS),
+            init_scale=check_number("init_scale", self.init_scale, 0.0, low_open=True),
         )
         if self.d_head is None and self.d_model % self.heads:
             raise ConfigError(

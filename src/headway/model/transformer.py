@@ -4,12 +4,13 @@ Every weight carries a leading instance axis and TransformerLens names (`embed.W
 `blocks.0.attn.W_Q [E, n_heads, d_model, d_head]`, ...). Every activation carries the same
 leading axis: `blocks.0.attn.hook_pattern` is [E, batch, head, query_pos, key_pos].
 Hooks are plain callables looked up by name; with none given the forward pays nothing for them.
+Hook names come from the module tree (`headway.model.hooks`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,8 +18,8 @@ from torch import Tensor, nn
 
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
+from headway.model.hooks import Hook, HookDispatch, HookedModule, name_hook_points
 
-Hook = Callable[[Tensor, str], Tensor | None]
 INIT_STD = 0.02
 
 
@@ -26,52 +27,36 @@ def _param(n: int, *shape: int) -> nn.Parameter:
     return nn.Parameter(torch.zeros(n, *shape))
 
 
-class _Run:
-    """Hook dispatch for one forward call: returns the tensor, replaced if a hook returned one."""
-
-    __slots__ = ("hooks",)
-
-    def __init__(self, hooks: Mapping[str, Hook] | None) -> None:
-        self.hooks = hooks or {}
-
-    def __call__(self, name: str, tensor: Tensor) -> Tensor:
-        hook = self.hooks.get(name)
-        if hook is None:
-            return tensor
-        out = hook(tensor, name)
-        return tensor if out is None else out
-
-    def wants(self, *names: str) -> bool:
-        return any(n in self.hooks for n in names)
-
-
-class LayerNorm(nn.Module):
+class LayerNorm(HookedModule):
     """Per-instance LayerNorm (`w`, `b` of shape [E, d_model]); identity when disabled."""
 
-    def __init__(self, n: int, d_model: int, enabled: bool, name: str) -> None:
+    def __init__(self, n: int, d_model: int, enabled: bool) -> None:
         super().__init__()
         self.enabled = enabled
-        self.name = name
         if enabled:
             self.w = nn.Parameter(torch.ones(n, d_model))
             self.b = _param(n, d_model)
 
-    def forward(self, x: Tensor, run: _Run) -> Tensor:
+    def hook_points(self) -> tuple[str, ...]:
+        return ("hook_normalized",) if self.enabled else ()
+
+    def forward(self, x: Tensor, run: HookDispatch) -> Tensor:
         if not self.enabled:
             return x
         x = F.layer_norm(x, x.shape[-1:])
-        x = run(f"{self.name}.hook_normalized", x)
+        x = run(self.hook["hook_normalized"], x)
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
         return torch.addcmul(self.b.view(shape), x, self.w.view(shape))
 
 
-class Attention(nn.Module):
+class Attention(HookedModule):
     """Multi-head attention for E instances; causal or bidirectional."""
 
-    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int, name: str) -> None:
+    INSIDE = ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern")  # only on the explicit path
+
+    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int) -> None:
         super().__init__()
         h, d, dh = cfg.heads, cfg.d_model, cfg.head_dim
-        self.name = name
         self.causal = cfg.attention == "causal"
         self.W_Q, self.W_K, self.W_V = _param(n, h, d, dh), _param(n, h, d, dh), _param(n, h, d, dh)
         self.b_Q, self.b_K, self.b_V = _param(n, h, dh), _param(n, h, dh), _param(n, h, dh)
@@ -80,16 +65,17 @@ class Attention(nn.Module):
         mask = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril() if self.causal else None
         self.register_buffer("mask", mask, persistent=False)
 
-    def forward(self, x: Tensor, run: _Run, last_query_only: bool = False) -> Tensor:
+    def hook_points(self) -> tuple[str, ...]:
+        return (*self.INSIDE, "hook_z")
+
+    def forward(self, x: Tensor, run: HookDispatch, last_query_only: bool = False) -> Tensor:
         """Attention output [E, B, S, d_model], or [E, B, 1, d_model] for the last query only."""
         e, b, s, d = x.shape
         h, dh = self.W_Q.shape[1], self.W_Q.shape[3]
         w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V], dim=1).transpose(1, 2).reshape(e, d, 3 * h * dh)
         b_qkv = torch.cat([self.b_Q, self.b_K, self.b_V], dim=1).reshape(e, 1, 3 * h * dh)
         qkv = torch.baddbmm(b_qkv, x.reshape(e, b * s, d), w_qkv).view(e, b, s, 3, h, dh)
-        n = self.name
-        inside = (f"{n}.hook_q", f"{n}.hook_k", f"{n}.hook_v", f"{n}.hook_attn_scores", f"{n}.hook_pattern")
-        if run.wants(*inside):
+        if run.wants(self.hook[name] for name in self.INSIDE):
             z = self._explicit(qkv, run)
         else:  # fused kernel: same numbers to ~1e-6, several times faster for short sequences
             # one contiguous copy up front is cheaper than the kernel reading strided q, k, v
@@ -98,71 +84,76 @@ class Attention(nn.Module):
                 q = q[:, :, -1:]
             z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and not last_query_only)
             z = z.view(e, b, h, q.shape[2], dh).transpose(2, 3)  # [E, B, S or 1, H, dh]
-        z = run(f"{n}.hook_z", z)
+        z = run(self.hook["hook_z"], z)
         positions = z.shape[2]
         out = torch.baddbmm(
             self.b_O.unsqueeze(1), z.reshape(e, b * positions, h * dh), self.W_O.reshape(e, h * dh, d)
         )
         return out.view(e, b, positions, d)
 
-    def _explicit(self, qkv: Tensor, run: _Run) -> Tensor:
+    def _explicit(self, qkv: Tensor, run: HookDispatch) -> Tensor:
         """Attention step by step, so hooks can read or replace q, k, v, scores and pattern."""
-        n, s, dh = self.name, qkv.shape[2], qkv.shape[-1]
+        hook, s, dh = self.hook, qkv.shape[2], qkv.shape[-1]
         q, k, v = qkv.unbind(dim=3)  # each [E, B, S, H, dh]
-        q, k, v = run(f"{n}.hook_q", q), run(f"{n}.hook_k", k), run(f"{n}.hook_v", v)
+        q, k, v = run(hook["hook_q"], q), run(hook["hook_k"], k), run(hook["hook_v"], v)
         q, k, v = (t.permute(0, 1, 3, 2, 4) for t in (q, k, v))  # [E, B, H, S, dh]
         scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(dh))
         if self.causal:
             scores = scores.masked_fill(~self.mask[:s, :s], float("-inf"))
-        scores = run(f"{n}.hook_attn_scores", scores)
-        pattern = run(f"{n}.hook_pattern", torch.softmax(scores, dim=-1))
+        scores = run(hook["hook_attn_scores"], scores)
+        pattern = run(hook["hook_pattern"], torch.softmax(scores, dim=-1))
         return torch.matmul(pattern, v).permute(0, 1, 3, 2, 4)  # [E, B, S, H, dh]
 
 
-class MLP(nn.Module):
+class MLP(HookedModule):
     """GELU MLP (exact erf form; see docs/decisions.md) for E instances."""
 
-    def __init__(self, n: int, d_model: int, d_mlp: int, name: str) -> None:
+    def __init__(self, n: int, d_model: int, d_mlp: int) -> None:
         super().__init__()
-        self.name = name
         self.W_in, self.b_in = _param(n, d_model, d_mlp), _param(n, d_mlp)
         self.W_out, self.b_out = _param(n, d_mlp, d_model), _param(n, d_model)
 
-    def forward(self, x: Tensor, run: _Run) -> Tensor:
+    def hook_points(self) -> tuple[str, ...]:
+        return ("hook_post",)
+
+    def forward(self, x: Tensor, run: HookDispatch) -> Tensor:
         e, b, s, d = x.shape
         pre = torch.baddbmm(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
-        post = run(f"{self.name}.hook_post", F.gelu(pre).view(e, b, s, -1))
+        post = run(self.hook["hook_post"], F.gelu(pre).view(e, b, s, -1))
         out = torch.baddbmm(self.b_out.unsqueeze(1), post.reshape(e, b * s, -1), self.W_out)
         return out.view(e, b, s, d)
 
 
-class Block(nn.Module):
+class Block(HookedModule):
     """Pre-LN residual block: attention, then (optionally) an MLP."""
 
-    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int, index: int) -> None:
+    def __init__(self, n: int, cfg: ModelConfig, n_ctx: int) -> None:
         super().__init__()
-        self.name = f"blocks.{index}"
-        self.ln1 = LayerNorm(n, cfg.d_model, cfg.layernorm, f"{self.name}.ln1")
-        self.attn = Attention(n, cfg, n_ctx, f"{self.name}.attn")
+        self.ln1 = LayerNorm(n, cfg.d_model, cfg.layernorm)
+        self.attn = Attention(n, cfg, n_ctx)
         self.has_mlp = cfg.mlp_dim > 0
         if self.has_mlp:
-            self.ln2 = LayerNorm(n, cfg.d_model, cfg.layernorm, f"{self.name}.ln2")
-            self.mlp = MLP(n, cfg.d_model, cfg.mlp_dim, f"{self.name}.mlp")
+            self.ln2 = LayerNorm(n, cfg.d_model, cfg.layernorm)
+            self.mlp = MLP(n, cfg.d_model, cfg.mlp_dim)
 
-    def forward(self, x: Tensor, run: _Run, last_only: bool = False) -> Tensor:
+    def hook_points(self) -> tuple[str, ...]:
+        mlp = ("hook_resid_mid", "hook_mlp_out") if self.has_mlp else ()
+        return ("hook_resid_pre", "hook_attn_out", *mlp, "hook_resid_post")
+
+    def forward(self, x: Tensor, run: HookDispatch, last_only: bool = False) -> Tensor:
         """The block on every position, or (`last_only`) its output at the last position alone:
         keys and values still come from every position, but nothing else is computed for them."""
-        n = self.name
-        x = run(f"{n}.hook_resid_pre", x)
-        attn_out = run(f"{n}.hook_attn_out", self.attn(self.ln1(x, run), run, last_only))
+        hook = self.hook
+        x = run(hook["hook_resid_pre"], x)
+        attn_out = run(hook["hook_attn_out"], self.attn(self.ln1(x, run), run, last_only))
         x = (x[:, :, -1:] if last_only else x) + attn_out
         if self.has_mlp:
-            x = run(f"{n}.hook_resid_mid", x)
-            x = x + run(f"{n}.hook_mlp_out", self.mlp(self.ln2(x, run), run))
-        return run(f"{n}.hook_resid_post", x)
+            x = run(hook["hook_resid_mid"], x)
+            x = x + run(hook["hook_mlp_out"], self.mlp(self.ln2(x, run), run))
+        return run(hook["hook_resid_post"], x)
 
 
-class EnsembleTransformer(nn.Module):
+class EnsembleTransformer(HookedModule):
     """E same-shaped transformers; instance e sees only tokens[e] and its own weights.
 
     `tokens` is [E, batch, pos] or [E, batch, pos, slots]: with slots, the embeddings of the
@@ -183,13 +174,14 @@ class EnsembleTransformer(nn.Module):
             self.embed.W_E = _param(n, d_vocab, d)
             self.pos_embed = nn.Module()
             self.pos_embed.W_pos = _param(n, n_ctx, d)
-            self.blocks = nn.ModuleList(Block(n, cfg, n_ctx, i) for i in range(cfg.layers))
-            self.ln_final = LayerNorm(n, d, cfg.layernorm, "ln_final")
+            self.blocks = nn.ModuleList(Block(n, cfg, n_ctx) for _ in range(cfg.layers))
+            self.ln_final = LayerNorm(n, d, cfg.layernorm)
             self.unembed = nn.Module()
             self.unembed.W_U = _param(n, d, d_out)
             self.unembed.b_U = _param(n, d_out)
         self.flat = FlatParameters(self, n_instances)
-        self._hook_names = frozenset(self.hook_names())
+        self._hook_names = name_hook_points(self)
+        self._hook_set = frozenset(self._hook_names)
 
     @classmethod
     def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
@@ -201,17 +193,18 @@ class EnsembleTransformer(nn.Module):
 
     @torch.no_grad()
     def initialise(self, seeds: Sequence[int]) -> None:
-        """GPT-2 initialisation per instance from its own seed: N(0, 0.02), residual outputs
+        """GPT-2 initialisation per instance from its own seed: N(0, 0.02·init_scale), residual outputs
         scaled by 1/sqrt(2·layers), biases 0, LayerNorm gains 1. Drawn on the CPU so every device
         gets the same numbers."""
-        residual_std = INIT_STD / math.sqrt(2 * self.cfg.layers)
+        std = INIT_STD * self.cfg.init_scale
+        residual_std = std / math.sqrt(2 * self.cfg.layers)
         for e, seed in enumerate(seeds):
             gen = torch.Generator().manual_seed(int(seed))
             for name, param in self.named_parameters():
                 leaf = name.rsplit(".", 1)[-1]
                 if leaf.startswith("W_"):
-                    std = residual_std if leaf in ("W_O", "W_out") else INIT_STD
-                    values = torch.randn(param.shape[1:], generator=gen) * std
+                    values = torch.randn(param.shape[1:], generator=gen) * (
+                        residual_std if leaf in ("W_O", "W_out") else std)
                 elif leaf == "w":
                     values = torch.ones(param.shape[1:])
                 else:
@@ -221,10 +214,10 @@ class EnsembleTransformer(nn.Module):
     def forward(self, tokens: Tensor, *, hooks: Mapping[str, Hook] | None = None,
                 readout: str | int = "last") -> Tensor:
         if hooks:
-            unknown = sorted(set(hooks) - self._hook_names)
+            unknown = sorted(set(hooks) - self._hook_set)
             if unknown:
                 raise KeyError(f"unknown hook names {unknown}; see EnsembleTransformer.hook_names()")
-        run = _Run(hooks)
+        run = HookDispatch(hooks)
         e, b, s = tokens.shape[:3]
         if e != self.n_instances:
             raise ValueError(f"tokens have {e} instances on axis 0; this ensemble has {self.n_instances}")
@@ -235,8 +228,8 @@ class EnsembleTransformer(nn.Module):
         x = F.embedding(tokens + offsets, table)
         if tokens.dim() == 4:
             x = x.sum(dim=3)
-        x = run("hook_embed", x)
-        x = x + run("hook_pos_embed", self.pos_embed.W_pos[:, None, :s, :])
+        x = run(self.hook["hook_embed"], x)
+        x = x + run(self.hook["hook_pos_embed"], self.pos_embed.W_pos[:, None, :s, :])
         if readout not in ("last", "all") and not (isinstance(readout, int) and 1 <= readout <= s):
             raise ValueError(f"readout = {readout!r}; choose 'last', 'all' or a number of last positions 1..{s}")
         # With nothing hooked and only the last position read out, the final block need not
@@ -262,25 +255,27 @@ class EnsembleTransformer(nn.Module):
         out = self.forward(tokens, hooks={name: store for name in wanted}, readout=readout)
         return out, cache
 
+    def hook_points(self) -> tuple[str, ...]:
+        return ("hook_embed", "hook_pos_embed")
+
     def hook_names(self) -> list[str]:
-        """Every hook point of this model, in forward order."""
-        names = ["hook_embed", "hook_pos_embed"]
-        for block in self.blocks:
-            n = block.name
-            names.append(f"{n}.hook_resid_pre")
-            if self.cfg.layernorm:
-                names.append(f"{n}.ln1.hook_normalized")
-            names += [f"{n}.attn.hook_{k}" for k in ("q", "k", "v", "attn_scores", "pattern", "z")]
-            names.append(f"{n}.hook_attn_out")
-            if block.has_mlp:
-                names.append(f"{n}.hook_resid_mid")
-                if self.cfg.layernorm:
-                    names.append(f"{n}.ln2.hook_normalized")
-                names += [f"{n}.mlp.hook_post", f"{n}.hook_mlp_out"]
-            names.append(f"{n}.hook_resid_post")
-        if self.cfg.layernorm:
-            names.append("ln_final.hook_normalized")
-        return names
+        """Every hook point of this model, in module-tree order (see `headway.model.hooks`)."""
+        return list(self._hook_names)
+
+    def hook_name(self, point: str, layer: int | None = None) -> str:
+        """The full name of a hook point, checked: `hook_name("attn.hook_z", 0)` is
+        "blocks.0.attn.hook_z", `hook_name("hook_resid_post", -1)` the last block's output and
+        `hook_name("hook_embed")` a model-level point."""
+        if layer is None:
+            name = point
+        else:
+            layers = len(self.blocks)
+            if isinstance(layer, bool) or not isinstance(layer, int) or not -layers <= layer < layers:
+                raise KeyError(f"layer = {layer!r} is out of range; this model has layers 0..{layers - 1}")
+            name = f"blocks.{layer % layers}.{point}"
+        if name not in self._hook_set:
+            raise KeyError(f"unknown hook point {name!r}; see EnsembleTransformer.hook_names()")
+        return name
 
     def instance_state(self, index: int) -> dict[str, Tensor]:
         """The weights of one instance, without the instance axis (TransformerLens shapes)."""

@@ -6,17 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-from headway.studies.depth import min_layers
+from headway.tasks.retrieval.theory import min_layers
 
 
 def plot_depth(table: pd.DataFrame, path: Path | str, title: str = "Retrieval: accuracy vs depth") -> Path:
     """Write the heat-map of `depth_table` output to `path` (PNG or SVG) and return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     hops = sorted(table.hops.unique())
     layers = sorted(table.layers.unique())
     grid = np.full((len(layers), len(hops)), np.nan)
@@ -25,7 +21,8 @@ def plot_depth(table: pd.DataFrame, path: Path | str, title: str = "Retrieval: a
         i, j = layers.index(row.layers), hops.index(row.hops)
         grid[i, j] = row.accuracy
         spread[i, j] = row.accuracy_max - row.accuracy_min
-    fig, ax = plt.subplots(figsize=(2.4 + 1.1 * len(hops), 2.0 + 0.9 * len(layers)))
+    fig = Figure(figsize=(2.4 + 1.1 * len(hops), 2.0 + 0.9 * len(layers)))
+    ax = fig.subplots()
     image = ax.imshow(grid, origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
     for i in range(len(layers)):
         for j in range(len(hops)):
@@ -52,5 +49,4 @@ def plot_depth(table: pd.DataFrame, path: Path | str, title: str = "Retrieval: a
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
-    plt.close(fig)
     return path

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from headway.errors import ConfigError
 
@@ -29,21 +31,16 @@ def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, ti
     """Shared layout: a grid of per-seed panels (≤ 4 columns, shared axes), one coloured curve per unit
     with its emergence step as a dashed line and a dot; steps on a linear axis, because emergence
     happens mid-training, which a log axis would squeeze."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if curves.empty:
         raise ConfigError("curves is empty; at least one (seed, unit) curve is needed to plot")
     seeds = sorted(curves.seed.unique())
     units = sorted(curves.unit.unique(), key=str)
-    colours = dict(zip(units, plt.get_cmap("tab10" if len(units) <= 10 else "tab20")(np.arange(len(units)))))
+    colours = dict(zip(units, matplotlib.colormaps["tab10" if len(units) <= 10 else "tab20"](np.arange(len(units)))))
     emergence = table.set_index(["seed", "unit"]).emergence_step
     n_cols = min(MAX_COLUMNS, len(seeds))
     n_rows = -(-len(seeds) // n_cols)
-    fig, axes = plt.subplots(n_rows, n_cols, sharex=True, sharey=True, squeeze=False,
-                             figsize=(1.0 + 3.2 * n_cols, 0.8 + 2.6 * n_rows), layout="constrained")
+    fig = Figure(figsize=(1.0 + 3.2 * n_cols, 0.8 + 2.6 * n_rows), layout="constrained")
+    axes = fig.subplots(n_rows, n_cols, sharex=True, sharey=True, squeeze=False)
     for index, seed in enumerate(seeds):
         ax = axes.flat[index]
         for unit, curve in curves[curves.seed == seed].sort_values("step").groupby("unit", sort=True):
@@ -73,5 +70,4 @@ def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, ti
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
-    plt.close(fig)
     return path

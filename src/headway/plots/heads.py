@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 ROLE_COLOURS = {"link→next": "#1b9e77", "link→prev": "#66a61e", "query→class": "#e6ab02",
                 "query→rule": "#a6761d", "none": "#bdbdbd"}
@@ -20,25 +22,16 @@ def role_colour(role: str) -> str:
     return ROLE_COLOURS.get(role, "#636363")
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_attention_maps(patterns: np.ndarray, heads: pd.DataFrame, labels: list[str], chain_statements: list[int],
                         path: Path | str, title: str) -> Path:
     """Statement-level attention ([L, H, P, P], one model, one example) of each head in `heads`
     (rows with layer, head, role); statements of the queried chain and the query are labelled in bold red."""
-    plt = _pyplot()
     n = max(len(heads), 1)
     cols = min(n, 4)
     rows = -(-n // cols)
     size = 0.28 * len(labels) + 1.2
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size + 0.6), squeeze=False)
+    fig = Figure(figsize=(cols * size, rows * size + 0.6))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, row in zip(axes.ravel(), heads.itertuples()):
         ax.imshow(patterns[row.layer, row.head], cmap="Blues", vmin=0, vmax=1)
         ax.set_title(f"L{row.layer + 1}H{row.head}  {row.role}", fontsize=9, color=role_colour(row.role))
@@ -58,7 +51,6 @@ def plot_attention_maps(patterns: np.ndarray, heads: pd.DataFrame, labels: list[
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
@@ -66,9 +58,9 @@ def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
     """Layers (bottom to top) × heads of one model: each head coloured by role, circuit heads outlined
     with their mean-ablation drop; arrows show how the answer travels: link heads write into the link
     positions, query heads read them and write into the query position, which is read out."""
-    plt = _pyplot()
     layers, n_heads = int(heads.layer.max()) + 1, int(heads["head"].max()) + 1
-    fig, ax = plt.subplots(figsize=(2.6 + 1.25 * n_heads, 1.4 + 1.1 * layers))
+    fig = Figure(figsize=(2.6 + 1.25 * n_heads, 1.4 + 1.1 * layers))
+    ax = fig.subplots()
     link_x, query_x = -1.2, n_heads + 0.2
     for layer in range(layers + 1):
         ax.plot([link_x, link_x], [layer - 0.5, layer + 0.5], color="#1b9e77", lw=3, alpha=0.4)
@@ -81,8 +73,8 @@ def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
     for row in heads.itertuples():
         x, y = row.head, row.layer + 0.5
         inside = bool(row.in_circuit)
-        ax.add_patch(plt.Rectangle((x - 0.42, y - 0.3), 0.84, 0.6, facecolor=role_colour(row.role),
-                                   alpha=0.95 if inside else 0.25, edgecolor="black" if inside else "none", lw=1.5))
+        ax.add_patch(Rectangle((x - 0.42, y - 0.3), 0.84, 0.6, facecolor=role_colour(row.role),
+                               alpha=0.95 if inside else 0.25, edgecolor="black" if inside else "none", lw=1.5))
         label = row.role if row.role != "none" else "–"
         if inside:
             label += f"\nΔ{row.mean_drop:+.2f}"
@@ -106,7 +98,6 @@ def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from headway.errors import ConfigError
-from headway.tasks.formulations import FORMULATIONS
+from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -46,16 +47,11 @@ def _known_in_order(values: Iterable[str], known: list[str], what: str) -> list[
 
 def accuracy_vs_hops(results: pd.DataFrame, path: Path, *, title: str | None = None) -> Path:
     """Write accuracy over hops per formulation (rows of `summarise`) to `path` (PNG) and return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if results.empty:
         raise ConfigError("results is empty; at least one formulation × hops × metric row is needed to plot")
     keys = formulation_order(results.formulation)
-    fig, axes = plt.subplots(1, len(keys), sharey=True, squeeze=False, figsize=(1.0 + 3.0 * len(keys), 3.6),
-                             layout="constrained")
+    fig = Figure(figsize=(1.0 + 3.0 * len(keys), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(keys), sharey=True, squeeze=False)
     for ax, key in zip(axes[0], keys, strict=True):
         _panel(ax, results[results.formulation == key], FORMULATIONS[key].label)
     axes[0, 0].set_ylim(-0.02, 1.02)
@@ -68,7 +64,6 @@ def accuracy_vs_hops(results: pd.DataFrame, path: Path, *, title: str | None = N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
-    plt.close(fig)
     return path
 
 

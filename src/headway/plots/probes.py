@@ -6,20 +6,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-from headway.analysis.probes import SITES
+from headway.tasks.retrieval.probes import SITES
 
 _MARKERS = {"query": "o", "link": "s"}
 
 
 def plot_probe_reach(reach: pd.DataFrame, path: Path | str) -> Path:
     """Write reach per layer and site (`probe_reach` output; mean, min–max bars) with the bounds; return path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.2, 3.8))
+    fig = Figure(figsize=(5.2, 3.8))
+    ax = fig.subplots()
     layers = np.arange(int(reach.layer.max()) + 1)
     for offset, site in zip((-0.06, 0.06), SITES):
         part = reach[reach.site == site].groupby("layer").reach.agg(["mean", "min", "max"])
@@ -38,21 +35,16 @@ def plot_probe_reach(reach: pd.DataFrame, path: Path | str) -> Path:
     ax.set_ylabel("hop distance")
     ax.set_title("Linear-probe reach per layer vs the 3^t bound", fontsize=10)
     ax.legend(fontsize=7, frameon=False)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
 def plot_probe_accuracy(table: pd.DataFrame, path: Path | str) -> Path:
     """Write per-site heat-maps of probe accuracy (layer × hops, mean over instances; `depth_probes`
     output) to `path` and return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     sites = [site for site in SITES if (table.site == site).any()]
     layers, hops = sorted(table.layer.unique()), sorted(table.hops.unique())
-    fig, axes = plt.subplots(1, len(sites), figsize=(1.6 + 1.4 * len(hops) * len(sites), 1.6 + 0.7 * len(layers)),
-                             squeeze=False)
+    fig = Figure(figsize=(1.6 + 1.4 * len(hops) * len(sites), 1.6 + 0.7 * len(layers)))
+    axes = fig.subplots(1, len(sites), squeeze=False)
     for ax, site in zip(axes[0], sites):
         mean = table[table.site == site].groupby(["layer", "hops"]).accuracy.mean()
         grid = np.full((len(layers), len(hops)), np.nan)
@@ -71,13 +63,12 @@ def plot_probe_accuracy(table: pd.DataFrame, path: Path | str) -> Path:
         ax.set_title(f"{site} site", fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), label="probe accuracy\n(mean over instances)")
     fig.suptitle(f"Linear-probe accuracy (chance {table.chance.iloc[0]:.2f})", fontsize=10)
-    return _save(fig, plt, path)
+    return _save(fig, path)
 
 
-def _save(fig, plt, path: Path | str) -> Path:
-    """Save `fig` to `path` (parents created), close it and return the path."""
+def _save(fig: Figure, path: Path | str) -> Path:
+    """Save `fig` to `path` (parents created) and return the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
     return path

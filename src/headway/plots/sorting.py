@@ -1,21 +1,19 @@
 """Figures of the sorting study: training curves, the mode map, mode fractions against the mean
-gap δ̄, the LLC over training with its stages, and ablations by gap size."""
+gap δ̄, and ablations by gap size (the LLC figures are in `headway.plots.development`)."""
 
 from __future__ import annotations
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-MODES = ("splitting", "copy_suppression", "overlapping", "other")
+from headway.tasks.sorting.effects import GAP_BINS
+from headway.tasks.sorting.modes import MODES
+
 MODE_COLOURS = {"splitting": "#1b9e77", "copy_suppression": "#d95f02", "overlapping": "#7570b3", "other": "#bbbbbb"}
-GAP_ORDER = ("first", "0", "1", "2", "3-4", "5-8", "9+")
 
 
 def _decay_label(value: float) -> str:
@@ -24,8 +22,9 @@ def _decay_label(value: float) -> str:
 
 def plot_training(metrics: pd.DataFrame) -> Figure:
     """Validation loss and per-token accuracy of every run over training (log steps), by weight decay."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    colours = {wd: plt.cm.tab10(i) for i, wd in enumerate(sorted(metrics.weight_decay.unique(), reverse=True))}
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, 2)
+    colours = {wd: matplotlib.colormaps["tab10"](i) for i, wd in enumerate(sorted(metrics.weight_decay.unique(), reverse=True))}
     for (run_id, wd), frame in metrics.groupby(["run_id", "weight_decay"]):
         frame = frame[frame.step > 0]
         axes[0].plot(frame.step, frame.val_loss, color=colours[wd], alpha=0.5, lw=1)
@@ -44,8 +43,8 @@ def plot_mode_map(final: pd.DataFrame, data_order: list[str]) -> Figure:
     decays = sorted(final.weight_decay.unique(), reverse=True)
     seeds = sorted(final.seed.unique())
     cmap = ListedColormap([MODE_COLOURS[m] for m in MODES])
-    fig, axes = plt.subplots(1, len(decays), figsize=(1.2 + 1.1 * len(data_order) * len(decays), 1.5 + 0.3 * len(seeds)),
-                             squeeze=False)
+    fig = Figure(figsize=(1.2 + 1.1 * len(data_order) * len(decays), 1.5 + 0.3 * len(seeds)))
+    axes = fig.subplots(1, len(decays), squeeze=False)
     for ax, wd in zip(axes[0], decays):
         grid = np.full((len(seeds), len(data_order)), np.nan)
         for row in final[final.weight_decay == wd].itertuples():
@@ -63,7 +62,8 @@ def plot_mode_map(final: pd.DataFrame, data_order: list[str]) -> Figure:
 def plot_mode_fractions(fractions: pd.DataFrame) -> Figure:
     """Fraction of seeds in each mode against the realised mean gap δ̄; solid with weight decay,
     dashed without. `fractions` has columns weight_decay, mean_gap, mode, fraction, n."""
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig = Figure(figsize=(6.5, 4))
+    ax = fig.subplots()
     for (wd, mode), frame in fractions.groupby(["weight_decay", "mode"]):
         frame = frame.sort_values("mean_gap")
         ax.plot(frame.mean_gap, frame.fraction, marker="o", color=MODE_COLOURS[mode], ls="-" if wd else "--",
@@ -75,46 +75,15 @@ def plot_mode_fractions(fractions: pd.DataFrame) -> Figure:
     return fig
 
 
-def plot_development(loss: pd.DataFrame, llc: pd.DataFrame, boundaries: pd.DataFrame, title: str) -> Figure:
-    """Loss (top: validation loss, and the training-pool loss at each traced checkpoint) and the
-    LLC of the whole model and of each head (bottom, ± std over chains) over training, with the
-    stage boundaries as vertical lines. Checkpoints with λ̂ ≤ 0 (w* not a local minimum) are
-    shaded and left out of the LLC lines."""
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5.5), sharex=True)
-    loss = loss[loss.step > 0]
-    top.plot(loss.step, loss.val_loss, color="k", label="validation")
-    whole = llc[(llc.weights == "all") & (llc.step > 0)].sort_values("step")
-    top.plot(whole.step, whole.init_loss, "o", ms=3, color="tab:gray", label="training pool, at w*")
-    top.set(yscale="log", ylabel="loss", title=title)
-    top.legend(fontsize=8)
-    local = whole[whole.llc_mean > 0]
-    for weights, frame in llc[llc.step.isin(local.step)].groupby("weights", sort=False):
-        frame = frame.sort_values("step")
-        bottom.errorbar(frame.step, frame.llc_mean, yerr=frame.llc_std, marker="o", ms=3, capsize=2,
-                        lw=2 if weights == "all" else 1, label="whole model" if weights == "all" else weights)
-    if len(local) < len(whole):
-        edge = local.step.min() if len(local) else whole.step.max()
-        for ax in (top, bottom):
-            ax.axvspan(whole.step.min(), edge, color="0.9", zorder=0)
-        bottom.text(whole.step.min(), 0.02, " λ̂ ≤ 0: w* not a local minimum", transform=bottom.get_xaxis_transform(),
-                    fontsize=7, color="0.4")
-    bottom.set(xscale="log", xlabel="step", ylabel="LLC λ̂")
-    bottom.legend(fontsize=8)
-    for row in boundaries.itertuples():
-        for ax in (top, bottom):
-            ax.axvline(row.step, color="tab:red" if row.source == "llc" else "tab:blue", ls="--", lw=1, alpha=0.7)
-    fig.tight_layout()
-    return fig
-
-
 def plot_ablation(ablation: pd.DataFrame, title: str) -> Figure:
     """Change in loss and in output entropy when each head is ablated, by gap size of the target."""
     frame = ablation[(ablation["head"] >= 0) & (ablation.gap_bin != "all")]
-    bins = [b for b in GAP_ORDER if b in set(frame.gap_bin)]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    bins = [b for b in GAP_BINS if b in set(frame.gap_bin)]
+    fig = Figure(figsize=(11, 3.8))
+    axes = fig.subplots(1, 2)
     for (head, kind), group in frame.groupby(["head", "ablation"]):
         group = group.set_index("gap_bin").reindex(bins)
-        style = {"marker": "o", "ls": "-" if kind == "zero" else "--", "color": plt.cm.tab10(int(head)),
+        style = {"marker": "o", "ls": "-" if kind == "zero" else "--", "color": matplotlib.colormaps["tab10"](int(head)),
                      "label": f"head {head}, {kind}"}
         axes[0].plot(bins, group.d_loss, **style)
         axes[1].plot(bins, group.d_entropy, **style)
@@ -123,20 +92,5 @@ def plot_ablation(ablation: pd.DataFrame, title: str) -> Figure:
     axes[1].axhline(0, color="k", lw=0.5)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def plot_sgld_traces(llc: pd.DataFrame, title: str) -> Figure:
-    """SGLD diagnostics at one checkpoint: each chain's draw losses (rows `llc` of one run and step,
-    one panel per weight subset), with the loss at w* dashed; chains should level off together."""
-    fig, axes = plt.subplots(1, len(llc), figsize=(3.6 * len(llc), 3), squeeze=False)
-    for ax, row in zip(axes[0], llc.itertuples()):
-        for chain in row.loss_trace:
-            ax.plot(np.asarray(chain, dtype=float), lw=0.8)
-        ax.axhline(row.init_loss, color="k", ls="--", lw=1)
-        ax.set(title=f"{'whole model' if row.weights == 'all' else row.weights}: λ̂ {row.llc_mean:.0f} ± {row.llc_std:.0f}",
-               xlabel="draw", ylabel="minibatch loss")
-    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

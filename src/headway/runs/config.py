@@ -1,8 +1,9 @@
 """A run: one task, one model shape, one training recipe and one seed.
 
 A run is stored and shown as one flat dictionary (`RunConfig.flat()`): the field names of the
-task, model and training configs do not collide, so a flat view is unambiguous and is what
-grids, the CLI, `headway show` and the metrics DataFrame use.
+task, model and training configs do not collide (the task registry refuses a task whose names
+would), so a flat view is unambiguous and is what grids, the CLI, `headway show` and the
+metrics DataFrame use.
 """
 
 from __future__ import annotations
@@ -13,13 +14,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from headway.errors import ConfigError
-from headway.settings import check_int
 from headway.model.config import ModelConfig
-from headway.tasks.retrieval import RetrievalConfig
-from headway.tasks.sorting import SortingConfig
-from headway.train.config import TrainConfig
+from headway.recipe import TrainConfig
+from headway.settings import check_int
+from headway.tasks.base import Task
+from headway.tasks.registry import DEFAULT_TASK, task_class, task_name_of
 
-TASKS = {"retrieval": RetrievalConfig, "sorting": SortingConfig}
 # Hyper-parameters that members of one ensemble may hold different values of.
 PER_INSTANCE = ("lr", "weight_decay")
 
@@ -28,7 +28,7 @@ PER_INSTANCE = ("lr", "weight_decay")
 class RunConfig:
     """Everything that determines a run's numbers."""
 
-    task: RetrievalConfig | SortingConfig = field(default_factory=RetrievalConfig)
+    task: Task = field(default_factory=lambda: task_class(DEFAULT_TASK)())
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0  # model initialisation and batch order
@@ -40,20 +40,24 @@ class RunConfig:
 
     @property
     def task_name(self) -> str:
-        return next(name for name, cls in TASKS.items() if isinstance(self.task, cls))
+        """The registered name of the run's task."""
+        return task_name_of(self.task)
 
     def flat(self) -> dict[str, Any]:
         """One flat dictionary of every setting (JSON-serialisable)."""
         return {"task": self.task_name, **self.task.to_dict(), **self.model.to_dict(),
                 **self.train.to_dict(), "seed": self.seed, "data_seed": self.data_seed}
 
+    def stored(self) -> dict[str, Any]:
+        """`flat()` without settings added later that hold their older-behaviour value (`Settings.LATER`):
+        what a run directory stores and the run id hashes."""
+        return {"task": self.task_name, **self.task.stored_dict(), **self.model.stored_dict(),
+                **self.train.stored_dict(), "seed": self.seed, "data_seed": self.data_seed}
+
     @classmethod
     def from_flat(cls, data: dict[str, Any]) -> RunConfig:
         """Inverse of `flat()`; unknown keys are refused so typos do not pass silently."""
-        task_name = data.get("task", "retrieval")
-        if task_name not in TASKS:
-            raise ConfigError(f"task = {task_name!r} is unknown; choose one of {', '.join(TASKS)}")
-        task_cls = TASKS[task_name]
+        task_cls = task_class(data.get("task", DEFAULT_TASK))
         parts = {part: {f.name for f in fields(part_cls)}
                  for part, part_cls in (("task", task_cls), ("model", ModelConfig), ("train", TrainConfig))}
         known = set().union(*parts.values()) | {"task", "seed", "data_seed"}
@@ -67,19 +71,17 @@ class RunConfig:
 
     @property
     def run_id(self) -> str:
-        """A short stable hash of the full configuration."""
-        return _digest(self.flat())[:12]
+        """A short stable hash of the configuration (`stored()`)."""
+        return _digest(self.stored())[:12]
 
     def ensemble_key(self) -> dict[str, Any]:
         """What runs must share to be trained as members of one ensemble: the model shape, the
         task's tensor shapes and the training recipe (except the per-instance hyper-parameters)."""
-        task = self.task
         return {
             "task": self.task_name,
-            "io": {"n_ctx": task.n_ctx, "n_slots": task.n_slots, "d_vocab": task.d_vocab,
-                   "d_out": task.d_out, "vocab": task.vocab, "n_targets": task.n_targets},
-            "model": self.model.to_dict(),
-            "train": {k: v for k, v in self.train.to_dict().items() if k not in PER_INSTANCE},
+            "io": self.task.ensemble_shape(),
+            "model": self.model.stored_dict(),
+            "train": {k: v for k, v in self.train.stored_dict().items() if k not in PER_INSTANCE},
         }
 
 

@@ -38,7 +38,7 @@ def load_metrics(path: Path | str) -> pd.DataFrame:
         if not metrics_file.is_file():
             continue
         metrics = pd.read_parquet(metrics_file)
-        configs = pd.DataFrame(layout.read_json(d / layout.CONFIG)["runs"])
+        configs = pd.DataFrame([run.flat() for run in load_runs(d)])
         configs["instance"] = range(len(configs))
         configs["ensemble"] = d.name
         frames.append(metrics.merge(configs, on="instance", how="left"))
@@ -47,11 +47,17 @@ def load_metrics(path: Path | str) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+def final_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per run of a metrics table: the row of its last logged step."""
+    last = metrics.groupby("run_id").step.transform("max")
+    return metrics[metrics.step == last].reset_index(drop=True)
+
+
 def load_summary(path: Path | str) -> list[dict]:
     """Per run: `config` (flat), `final` metrics (last logged step) and whether training completed."""
     out = []
     for d in _ensembles(path):
-        runs = layout.read_json(d / layout.CONFIG)["runs"]
+        runs = [run.flat() for run in load_runs(d)]
         summary_file = d / layout.SUMMARY
         if summary_file.is_file():
             finals = [r["final"] for r in layout.read_json(summary_file)["runs"]]

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
-from headway.tasks.sorting import SortingBatch, SortingConfig
+from headway.tasks.base import Batch, Task
 
 # Validation top-up rounds before concluding the task has too few distinct examples.
 _MAX_TOP_UPS = 100
@@ -14,9 +13,7 @@ _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
-def make_pools(
-    cfg: RetrievalConfig | SortingConfig, train_size: int, val_size: int, seed: int
-) -> tuple[RetrievalBatch, RetrievalBatch] | tuple[SortingBatch, SortingBatch]:
+def make_pools(cfg: Task, train_size: int, val_size: int, seed: int) -> tuple[Batch, Batch]:
     """Train pool and a validation set (`cfg.draw(..., validation=True)`, e.g. full-depth queries)
     whose token rows never occur in the pool."""
     for name, size in (("train_size", train_size), ("val_size", val_size)):

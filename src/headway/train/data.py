@@ -6,14 +6,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from headway.errors import ConfigError
 from headway.runs.config import RunConfig
-from headway.tasks.pools import make_pools
 from headway.train.sampling import EpochSampler
 
 
 class EnsembleData:
     """Batches for E runs: instance e draws from the pool of its own (task, data_seed) with its own
-    seed, exactly the batches it would draw if trained alone."""
+    seed, exactly the batches it would draw if trained alone. Pools come from `task.split`."""
 
     def __init__(self, runs: list[RunConfig], device: torch.device | str) -> None:
         self.device = torch.device(device)
@@ -21,8 +21,12 @@ class EnsembleData:
         self.batch_size = train.batch_size
         keys = [(run.task, run.data_seed) for run in runs]
         unique = list(dict.fromkeys(keys))
-        pools = [make_pools(task, train.train_size, train.val_size, seed) for task, seed in unique]
-        self.pool_size = train.train_size
+        pools = [task.split(train.train_size, train.val_size, seed) for task, seed in unique]
+        sizes = {(len(p[0]), len(p[1])) for p in pools}
+        if len(sizes) != 1:
+            raise ConfigError(f"the runs of one ensemble have pools of different sizes {sorted(sizes)}; "
+                              "their task's ensemble_shape() must tell them apart")
+        self.pool_size = len(pools[0][0])
         # All pools stacked: instance e reads rows offset[e] .. offset[e] + pool_size.
         self.tokens = torch.from_numpy(np.concatenate([p[0].tokens for p in pools])).to(self.device)
         self.targets = torch.from_numpy(np.concatenate([p[0].targets for p in pools])).to(self.device)
@@ -36,4 +40,9 @@ class EnsembleData:
         """Tokens [E, B, pos, slots] and target symbols [E, B, T] of update number `step`."""
         idx = torch.from_numpy(np.stack([s.indices(step) for s in self.samplers])).to(self.device)
         idx = idx + self.offsets
+        return self.tokens[idx].long(), self.targets[idx]
+
+    def pool(self) -> tuple[Tensor, Tensor]:
+        """Every instance's whole training pool: tokens [E, pool, pos, slots] and targets [E, pool, T]."""
+        idx = self.offsets + torch.arange(self.pool_size, device=self.device)
         return self.tokens[idx].long(), self.targets[idx]

@@ -58,3 +58,11 @@ def evaluate(model: torch.nn.Module, tokens: Tensor, targets: Tensor, vocab: int
         hit_sum += hits.float().sum(dim=1)
         all_sum += hits.all(dim=2).float().sum(dim=1)
     return loss_sum / n, hit_sum / n, all_sum / n
+
+
+def run_loss(task, loss: str):
+    """The per-instance training loss of batches of `task` under loss kind `loss`, as
+    `fn(model, tokens, targets) -> [E]` (what SGLD samples)."""
+    def fn(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> Tensor:
+        return readout_loss(readout(model, tokens, task.readout_positions), targets, task.vocab, loss)
+    return fn

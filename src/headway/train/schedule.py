@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-SCHEDULES = ("constant", "linear", "cosine")
+from headway.recipe import SCHEDULES
 
 
 def lr_multiplier(kind: str, step: int, total_steps: int, warmup_steps: int = 0,

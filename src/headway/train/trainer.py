@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,35 @@ def checkpoint_schedule(steps: int, every: int, n_log: int) -> list[int]:
     regular = set(range(0, steps + 1, every))
     logs = {round(x) for x in np.logspace(0, math.log10(steps), n_log)} if n_log else set()
     return sorted(regular | logs | {0, steps})
+
+
+@dataclass
+class TrainerState:
+    """Per-instance counters carried between steps and saved with every resume state."""
+
+    active: torch.Tensor  # [E] bool: still training (False once its loss or gradient is not finite)
+    diverged_step: torch.Tensor  # [E] long: the update after which it was frozen, -1 if never
+    loss_sum: torch.Tensor  # [E] training losses summed since the last evaluation
+    loss_count: torch.Tensor  # [] number of steps summed
+    grad_norm: torch.Tensor  # [E] gradient norm of the last step (before clipping)
+
+    @classmethod
+    def fresh(cls, n: int, device: torch.device) -> TrainerState:
+        """The state at step 0 of an ensemble of n instances."""
+        return cls(active=torch.ones(n, dtype=torch.bool, device=device),
+                   diverged_step=torch.full((n,), -1, dtype=torch.long, device=device),
+                   loss_sum=torch.zeros(n, device=device), loss_count=torch.zeros((), device=device),
+                   grad_norm=torch.zeros(n, device=device))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The counters by field name, as saved in a resume state."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @torch.no_grad()
+    def load(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy saved counters into this state, in place."""
+        for name, tensor in self.tensors().items():
+            tensor.copy_(tensors[name])
 
 
 def build_model(runs: list[RunConfig], device: torch.device | str) -> EnsembleTransformer:
@@ -65,7 +96,7 @@ class EnsembleTrainer:
     def fit(self) -> pd.DataFrame:
         """Train to the last step (resuming from the latest saved state) and return the metrics."""
         cfg = self.cfg
-        config = {"runs": [r.flat() for r in self.runs]}
+        config = {"runs": [r.stored() for r in self.runs]}
         config_path = self.run_dir / layout.CONFIG
         if config_path.is_file():
             if layout.read_json(config_path) != config:
@@ -81,8 +112,7 @@ class EnsembleTrainer:
             weights, tensors, counters, metrics = resumed
             model.load_instances(weights)
             optim.load_state(tensors, counters["optimizer_steps"])
-            for key in state:
-                state[key].copy_(tensors[key])
+            state.load(tensors)
             start = counters["step"]
             rows = metrics.to_dict("records")
         keep = set(checkpoint_schedule(cfg.steps, cfg.checkpoint_every, cfg.log_checkpoints))
@@ -113,7 +143,7 @@ class EnsembleTrainer:
         self._write_summary(metrics, state, time.perf_counter() - started)
         return metrics
 
-    def setup(self) -> tuple[EnsembleData, EnsembleTransformer, EnsembleAdam, dict[str, torch.Tensor]]:
+    def setup(self) -> tuple[EnsembleData, EnsembleTransformer, EnsembleAdam, TrainerState]:
         """Fresh data, model, optimiser and per-instance counters at step 0."""
         cfg, n = self.cfg, len(self.runs)
         data = EnsembleData(self.runs, self.device)
@@ -126,21 +156,14 @@ class EnsembleTrainer:
             decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
             betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw",
         )
-        state = {
-            "active": torch.ones(n, dtype=torch.bool, device=self.device),
-            "diverged_step": torch.full((n,), -1, dtype=torch.long, device=self.device),
-            "loss_sum": torch.zeros(n, device=self.device),
-            "loss_count": torch.zeros((), device=self.device),
-            "grad_norm": torch.zeros(n, device=self.device),
-        }
-        return data, model, optim, state
+        return data, model, optim, TrainerState.fresh(n, self.device)
 
     def _request_stop(self, signum, frame) -> None:
         if self._stop_requested:  # a second Ctrl-C stops at once
             raise KeyboardInterrupt
         self._stop_requested = True
 
-    def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: dict, step: int) -> None:
+    def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: TrainerState, step: int) -> None:
         """Update `step` → `step + 1` for every active instance; flags instances that diverge."""
         cfg = self.cfg
         tokens, targets = data.train_batch(step)
@@ -152,30 +175,38 @@ class EnsembleTrainer:
         if cfg.grad_clip > 0:
             grad.mul_(torch.clamp(cfg.grad_clip / (norms + 1e-6), max=1.0)[:, None])
         ok = torch.isfinite(losses) & torch.isfinite(norms)
-        active = state["active"]
+        active = state.active
         newly = active & ~ok
-        state["diverged_step"].masked_fill_(newly, step + 1)
+        state.diverged_step.masked_fill_(newly, step + 1)
         active &= ok
-        state["loss_sum"] += torch.where(active, losses.detach(), 0.0)
-        state["loss_count"] += 1
-        state["grad_norm"].copy_(norms)
+        state.loss_sum += torch.where(active, losses.detach(), 0.0)
+        state.loss_count += 1
+        state.grad_norm.copy_(norms)
         scale = lr_multiplier(cfg.schedule, step, cfg.steps, cfg.warmup_steps, cfg.final_lr_fraction)
         optim.step(scale, active)
 
-    def _log(self, model, data: EnsembleData, state: dict, step: int, rows: list, bar) -> None:
-        val_loss, hop_acc, all_acc = evaluate(model, data.val_tokens, data.val_targets, self.vocab, self.cfg.loss,
-                                              positions=self.task.readout_positions)
-        count = state["loss_count"].item()
-        train_loss = (state["loss_sum"] / count).tolist() if count else [float("nan")] * len(self.runs)
-        state["loss_sum"].zero_()
-        state["loss_count"].zero_()
-        active, diverged = state["active"].tolist(), state["diverged_step"].tolist()
-        val_loss, hop_acc, grad_norm = val_loss.tolist(), hop_acc.tolist(), state["grad_norm"].tolist()
-        all_acc = all_acc.tolist()
+    def _accuracies(self, model, tokens: torch.Tensor, targets: torch.Tensor, split: str) -> tuple[list, list]:
+        """Loss [E] and the task's accuracy columns per instance on fixed examples."""
+        loss, per_target, all_correct = evaluate(model, tokens, targets, self.vocab, self.cfg.loss,
+                                                 positions=self.task.readout_positions)
+        columns = [self.task.accuracy_columns(hits, right, split)
+                   for hits, right in zip(per_target.tolist(), all_correct.tolist())]
+        return loss.tolist(), columns
+
+    def _log(self, model, data: EnsembleData, state: TrainerState, step: int, rows: list, bar) -> None:
+        val_loss, val_columns = self._accuracies(model, data.val_tokens, data.val_targets, "val")
+        pool_columns = (self._accuracies(model, *data.pool(), "train")[1] if self.task.evaluates_training_pool
+                        else [{} for _ in self.runs])
+        count = state.loss_count.item()
+        train_loss = (state.loss_sum / count).tolist() if count else [float("nan")] * len(self.runs)
+        state.loss_sum.zero_()
+        state.loss_count.zero_()
+        active, diverged = state.active.tolist(), state.diverged_step.tolist()
+        grad_norm = state.grad_norm.tolist()
         for e, run in enumerate(self.runs):
             row = {"step": step, "instance": e, "run_id": run.run_id,
                    "train_loss": train_loss[e] if active[e] else float("nan"),
-                   "val_loss": val_loss[e], **self.task.accuracy_columns(hop_acc[e], all_acc[e]),
+                   "val_loss": val_loss[e], **val_columns[e], **pool_columns[e],
                    "grad_norm": grad_norm[e], "diverged": not active[e]}
             rows.append(row)
             if diverged[e] >= 0 and e not in self._reported:
@@ -188,18 +219,18 @@ class EnsembleTrainer:
             bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
                             val_acc=f"{np.mean([logged[e]['val_accuracy'] for e in live]):.3f}")
 
-    def _save(self, model, optim: EnsembleAdam, state: dict, step: int, rows: list, keep: set) -> None:
+    def _save(self, model, optim: EnsembleAdam, state: TrainerState, step: int, rows: list, keep: set) -> None:
         weights = dict(model.named_parameters())
         if step in keep:
             save_tensors(layout.checkpoint_path(self.run_dir, step), weights, {"step": str(step)})
         metrics = pd.DataFrame(rows)
-        save_resume_state(self.run_dir, step, weights, {**optim.state_tensors(), **state},
+        save_resume_state(self.run_dir, step, weights, {**optim.state_tensors(), **state.tensors()},
                           {"step": step, "optimizer_steps": optim.steps_taken}, metrics)
         metrics.to_parquet(self.run_dir / layout.METRICS, index=False)
 
-    def _write_summary(self, metrics: pd.DataFrame, state: dict, seconds: float) -> None:
+    def _write_summary(self, metrics: pd.DataFrame, state: TrainerState, seconds: float) -> None:
         last = metrics[metrics.step == metrics.step.max()].set_index("instance")
-        diverged = state["diverged_step"].tolist()
+        diverged = state.diverged_step.tolist()
         runs = []
         for e, run in enumerate(self.runs):
             final = {k: plain_value(v) for k, v in last.loc[e].items() if k != "run_id"}

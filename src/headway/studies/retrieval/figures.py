@@ -10,14 +10,14 @@ import numpy as np
 import pandas as pd
 
 from headway.analysis.emergence import emergence_table
-from headway.analysis.heads import statement_patterns
-from headway.analysis.positions import map_statements
 from headway.plots.emergence import plot_emergence, plot_hop_accuracy
 from headway.plots.heads import plot_attention_maps, plot_circuit
 from headway.runs.store import load_model, load_runs
 from headway.studies.retrieval.analyse import ANALYSIS_SEED
-from headway.studies.retrieval.results import ic_cells
-from headway.tasks.retrieval import RetrievalConfig, generate
+from headway.studies.retrieval.tables import ic_cells
+from headway.tasks.retrieval.heads import statement_patterns
+from headway.tasks.retrieval.positions import map_statements
+from headway.tasks.retrieval.task import RetrievalConfig, generate
 
 
 def pick_example(final: pd.DataFrame, part: str) -> pd.Series | None:

@@ -13,32 +13,39 @@ from typing import Any
 
 from headway.errors import ConfigError
 from headway.model.config import ATTENTION_KINDS
-from headway.presets import scale_settings
 from headway.runs.config import RunConfig, expand_grid
-from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS
+from headway.studies.base import Plan, axis
+from headway.tasks.registry import scale_settings
+from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
 
 
 @dataclass(frozen=True)
-class StudyPlan:
+class RetrievalPlan(Plan):
     """The two grids of the study. `depth_*` sweep the plain task (hops × layers × seeds, per
     curriculum and variant); `conditional_*` the conditional task (an empty hops tuple skips it)."""
 
     scale: str = "cpu"
     depth_base: dict[str, Any] = field(default_factory=dict)
-    layers: tuple[int, ...] = (1, 2, 3)
-    hops: tuple[int, ...] = (1, 2, 3)
-    seeds: tuple[int, ...] = (0, 1, 2)
-    curricula: tuple[str, ...] = ("ic", "none")
-    contrast_hops: tuple[int, ...] = ()  # hops at which curricula other than ic are trained; () = every D > 1
-    layouts: tuple[str, ...] = ("packed",)
-    attentions: tuple[str, ...] = ("causal",)
-    orders: tuple[str, ...] = ("shuffled",)
+    layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Layer counts of the depth grid (e.g. 1..4)."))
+    hops: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Hop counts D of the depth grid."))
+    seeds: tuple[int, ...] = field(default=(0, 1, 2), metadata=axis("Seeds per cell of the depth grid.", "seed"))
+    curricula: tuple[str, ...] = field(default=("ic", "none"),
+                                       metadata=axis("Curricula: ic, none, mixture (comma list).", "curriculum"))
+    contrast_hops: tuple[int, ...] = field(  # hops at which curricula other than ic are trained; () = every D > 1
+        default=(), metadata=axis("Hops at which curricula other than ic are trained ('all': every D > 1).",
+                                  words={"all": ()}))
+    layouts: tuple[str, ...] = field(default=("packed",), metadata=axis("Layouts: packed, flat.", "layout"))
+    attentions: tuple[str, ...] = field(default=("causal",),
+                                        metadata=axis("Attention: causal, bidirectional.", "attention"))
+    orders: tuple[str, ...] = field(default=("shuffled",), metadata=axis("Link orders: shuffled, chain.", "order"))
     conditional_base: dict[str, Any] = field(default_factory=dict)
-    conditional_layers: tuple[int, ...] = (1, 2, 3)
-    conditional_hops: tuple[int, ...] = (1, 2)
-    conditional_seeds: tuple[int, ...] = (0, 1, 2)
+    conditional_layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Conditional grid: layer counts."))
+    conditional_hops: tuple[int, ...] = field(
+        default=(1, 2), metadata=axis("Conditional grid: hop counts ('none' skips it).", words={"none": ()}))
+    conditional_seeds: tuple[int, ...] = field(default=(0, 1, 2),
+                                               metadata=axis("Conditional grid: seeds.", "conditional_seed"))
 
     def __post_init__(self) -> None:
         """Refuse an empty or impossible axis with its name and what is allowed."""
@@ -77,28 +84,15 @@ class StudyPlan:
                 "seed": list(self.conditional_seeds)}
         return expand_grid({**self.conditional_base, "conditional": True, "curriculum": "ic"}, axes)
 
-    def runs(self) -> list[RunConfig]:
-        """Every run of the study."""
-        return self.depth_runs() + self.conditional_runs()
+    def grids(self) -> dict[str, list[RunConfig]]:
+        """The depth-law grid and the conditional grid."""
+        return {"depth": self.depth_runs(), "conditional": self.conditional_runs()}
 
-    def with_settings(self, **settings: Any) -> StudyPlan:
+    def with_settings(self, **settings: Any) -> RetrievalPlan:
         """A copy with flat run settings (e.g. steps, vocab) set in both grids (None leaves one as it is)."""
         given = {k: v for k, v in settings.items() if v is not None}
         return replace(self, depth_base={**self.depth_base, **given},
                        conditional_base={**self.conditional_base, **given})
-
-    def with_overrides(self, **values: Any) -> StudyPlan:
-        """A copy with the given fields replaced (None leaves a field as it is)."""
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
-
-
-def training_flops(run: RunConfig) -> float:
-    """Approximate floating-point operations to train `run`: forward and backward (3× forward) of the
-    projections, MLP and attention products of every layer, for every token of every step."""
-    d, tokens, n_ctx = run.model.d_model, run.train.batch_size * run.task.n_ctx, run.task.n_ctx
-    per_layer = 2 * tokens * (4 * d * run.model.heads * run.model.head_dim + 2 * d * run.model.mlp_dim) \
-        + 4 * tokens * n_ctx * run.model.heads * run.model.head_dim
-    return 3.0 * run.model.layers * per_layer * run.train.steps
 
 
 def _check_choices(name: str, values: tuple[str, ...], allowed: tuple[str, ...]) -> None:
@@ -113,18 +107,18 @@ def _dense_checkpoints(settings: dict[str, Any], every: int, logs: int) -> dict[
     return {**settings, "checkpoint_every": every, "log_checkpoints": logs}
 
 
-def study_plan(scale: str) -> StudyPlan:
+def study_plan(scale: str) -> RetrievalPlan:
     """The plan of a named scale (see the module docstring)."""
     if scale == "cpu":
         # evaluations every 25 steps on 512 examples: hop accuracies jump within 100 steps at this scale
         cpu = {**_dense_checkpoints(scale_settings("cpu"), 50, 20), "eval_every": 25, "val_size": 512}
-        return StudyPlan(scale=scale, depth_base=cpu, contrast_hops=(2,),
+        return RetrievalPlan(scale=scale, depth_base=cpu, contrast_hops=(2,),
                          conditional_base={**cpu, "chains": 2, "steps": 3000}, conditional_layers=(3,),
                          conditional_hops=(1,), conditional_seeds=(0, 1))
     if scale == "gpu":
         gpu = {"vocab": 32, "chains": 4, "steps": 5000, "train_size": 2**18, "val_size": 2048,
                "eval_every": 100, "checkpoint_every": 250, "log_checkpoints": 16}
-        return StudyPlan(scale=scale, depth_base=gpu, layers=(1, 2, 3, 4), hops=(1, 2, 3, 4, 5, 6),
+        return RetrievalPlan(scale=scale, depth_base=gpu, layers=(1, 2, 3, 4), hops=(1, 2, 3, 4, 5, 6),
                          seeds=(0, 1, 2, 3), conditional_base={**gpu, "chains": 2, "batch_size": 128},
                          conditional_layers=(1, 2, 3), conditional_hops=(1, 2, 4),
                          conditional_seeds=tuple(range(16)))
@@ -133,7 +127,7 @@ def study_plan(scale: str) -> StudyPlan:
         second = {"vocab": 64, "steps": 24000, "batch_size": 128, "train_size": 2**18,
                   "checkpoint_every": 1000, "log_checkpoints": 24}
         # D at both ends of every bound step: 1 (1 layer), 2 and 4 (2), 5 and 13 (3), 14 (4)
-        return StudyPlan(scale=scale, depth_base=paper, layers=tuple(range(1, 9)), hops=(1, 2, 4, 5, 13, 14),
+        return RetrievalPlan(scale=scale, depth_base=paper, layers=tuple(range(1, 9)), hops=(1, 2, 4, 5, 13, 14),
                          seeds=tuple(range(8)), conditional_base=second, conditional_layers=(1, 2, 3, 4),
                          conditional_hops=(1, 2, 4), conditional_seeds=tuple(range(64)))
     raise ConfigError(f"scale = {scale!r} is unknown; choose one of {', '.join(STUDY_SCALES)}")

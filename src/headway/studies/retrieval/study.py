@@ -1,35 +1,62 @@
-"""`headway study retrieval`: train the study's grids, analyse every model, write tables, figures,
-`summary.json` and an offline HTML report. Everything already in the output folder is reused."""
+"""`headway study retrieval`: the stacked-heads study from nothing to its report (docs/study-retrieval.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from headway.studies.ensembles import ANALYSIS, RUNS, hardware_description, train_and_analyse
-from headway.studies.retrieval.analyse import TABLES, analyse_ensemble
-from headway.studies.retrieval.plan import StudyPlan
+from headway.runs.config import RunConfig
+from headway.studies.base import Study, StudyData, by_task
+from headway.studies.registry import register_study
+from headway.studies.retrieval.plan import STUDY_SCALES, RetrievalPlan, study_plan
+from headway.studies.verdict import Verdict
+
+if TYPE_CHECKING:  # the analysis and report load when the study runs, not with its --help
+    import torch
+
+    from headway.studies.retrieval.tables import RetrievalTables
 
 
-@dataclass
-class StudyData:
-    """Everything the report is made from: metrics of the plan's runs and the analysis tables."""
+@register_study
+class RetrievalStudy(Study):
+    """Depth law, head roles and circuits, emergence order, depth probes and conditional retrieval."""
 
-    plan: StudyPlan
-    metrics: pd.DataFrame
-    tables: dict[str, pd.DataFrame]
-    seconds: dict[str, float]
-    hardware: dict[str, str]
+    name = "retrieval"
+    summary = "The stacked-heads study: depth law, head roles, emergence, depth probes, conditional retrieval."
+    doc = "docs/study-retrieval.md"
+    plan_class = RetrievalPlan
+    scales = STUDY_SCALES
+    run_settings = ("steps", "vocab")
+    tables = ("heads", "circuit", "head_curves", "probes")
+    version = 3
 
+    @classmethod
+    def plan_for(cls, scale: str) -> RetrievalPlan:
+        return study_plan(scale)
 
-def run_study(plan: StudyPlan, out: Path | str, device: str = "auto", progress: bool = True) -> Path:
-    """Train, analyse and report the study described by `plan` into `out`; return the report's path."""
-    from headway.studies.retrieval.report import write_outputs
+    def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+        from headway.studies.retrieval.analyse import analyse_members
 
-    out = Path(out)
-    grid = train_and_analyse(plan.runs(), out, TABLES, lambda run_dir, target: analyse_ensemble(
-        run_dir, out / ANALYSIS, target), device, progress)
-    data = StudyData(plan, grid.metrics, grid.tables, grid.seconds, hardware_description(grid.device))
-    return write_outputs(data, out, out / RUNS)
+        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
+        for members in by_task(runs).values():
+            for name, frame in analyse_members(run_dir, runs, members, device).items():
+                parts[name].append(self.tag(frame, runs, members))
+        return {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
+
+    def summarise(self, data: StudyData) -> RetrievalTables:
+        from headway.studies.retrieval.tables import summarise
+
+        return summarise(data)
+
+    @staticmethod
+    def verdicts(summary: RetrievalTables) -> list[Verdict]:
+        from headway.studies.retrieval.verdicts import verdicts
+
+        return verdicts(summary)
+
+    def report(self, data: StudyData, summary: RetrievalTables, found: list[Verdict]) -> Path:
+        from headway.studies.retrieval.report import write_outputs
+
+        return write_outputs(data, summary, found, self.out)

@@ -1,1 +1,5 @@
-"""The list-sorting study: head modes, copy suppression, the LLC over training, data features."""
+"""The list-sorting study (`headway study sorting`, docs/study-sorting.md)."""
+
+from headway.studies.sorting.study import SortingStudy
+
+__all__ = ["SortingStudy"]

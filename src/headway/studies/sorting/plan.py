@@ -3,33 +3,47 @@ packed into one ensemble, and the SGLD settings of its LLC estimates."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headway.analysis.llc import SGLDSettings
 from headway.errors import ConfigError
-from headway.presets import scale_settings
 from headway.runs.config import RunConfig
 from headway.settings import check_int, check_number
+from headway.studies.base import Plan, axis
+from headway.tasks.registry import scale_settings
 
 STUDY_SCALES = ("cpu", "gpu")
 UNIFORM = "uniform"  # the default data: distinct numbers drawn uniformly from 0 … 50
 
 
+def parse_data(option: str, text: str) -> str | float:
+    """One data value from the command line: 'uniform' or a mean gap δ̄."""
+    if text.strip().lower() == UNIFORM:
+        return UNIFORM
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--{option} got {text!r}; expected 'uniform' or a mean gap (a number)") from None
+
+
 @dataclass(frozen=True)
-class SortingPlan:
+class SortingPlan(Plan):
     """The grid (weight decays × data × seeds), the training recipe and the analysis settings."""
 
-    scale: str
-    data: tuple[str | float, ...]  # "uniform" or a mean gap δ̄ of geometric gaps
-    weight_decays: tuple[float, ...]
-    seeds: tuple[int, ...]
+    data: tuple[str | float, ...] = field(metadata=axis(  # "uniform" or a mean gap δ̄ of geometric gaps
+        "Training data: 'uniform' (the default lists) and/or mean gaps δ̄ of geometric gaps, comma list.",
+        "mean_gap", parse=parse_data, was="mean_gaps"))
+    weight_decays: tuple[float, ...] = field(metadata=axis("Weight decay values, comma list (e.g. 0.005,0).",
+                                                           "weight_decay"))
+    seeds: tuple[int, ...] = field(metadata=axis("Seeds per cell (e.g. 0..7).", "seed"))
     settings: dict[str, Any] = field(default_factory=dict)  # flat run settings over the recipe
     sgld: SGLDSettings = field(default_factory=SGLDSettings)
-    development_seeds: tuple[int, ...] = (0,)  # seeds whose LLC (whole and per head) is traced over checkpoints
-    llc_checkpoints: int | None = None  # None: every saved checkpoint; else that many, log-spaced
-    examples: int = 2000  # lists each model is analysed on
+    development_seeds: tuple[int, ...] = field(default=(0,), metadata=axis(
+        "Seeds whose LLC is traced over training (first data value, every weight decay).", "development_seed"))
+    llc_checkpoints: int | None = field(default=None, metadata=axis(
+        "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
 
     def __post_init__(self) -> None:
         if not (self.data and self.weight_decays and self.seeds):
@@ -45,19 +59,23 @@ class SortingPlan:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
         self.runs()  # every task and recipe setting is checked before anything trains
 
-    def runs(self) -> list[RunConfig]:
-        """Every run of the grid, in (data, weight decay, seed) order."""
-        return [RunConfig.from_flat({**self.settings, **data_settings(data), "weight_decay": wd, "seed": seed})
-                for data in self.data for wd in self.weight_decays for seed in self.seeds]
+    def grids(self) -> dict[str, list[RunConfig]]:
+        """One grid, in (data, weight decay, seed) order."""
+        return {"runs": [RunConfig.from_flat({**self.settings, **data_settings(data), "weight_decay": wd,
+                                              "seed": seed})
+                         for data in self.data for wd in self.weight_decays for seed in self.seeds]}
 
     def development_runs(self) -> list[RunConfig]:
         """Runs whose LLC is traced over training: the first data value, every weight decay."""
         return [run for run in self.runs()
                 if data_label(run) == data_label_of(self.data[0]) and run.seed in self.development_seeds]
 
-    def with_overrides(self, **changes: Any) -> SortingPlan:
-        """A copy with some fields replaced (e.g. seeds from the command line)."""
-        return dataclasses.replace(self, **changes)
+    def with_settings(self, **settings: Any) -> SortingPlan:
+        """A copy with flat run settings (e.g. steps) over the recipe (None leaves one as it is)."""
+        return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
+
+    def describe(self) -> list[str]:
+        return [f"LLC traced over training for {len(self.development_runs())} of them"]
 
 
 def data_settings(data: str | float) -> dict[str, Any]:

@@ -1,44 +1,101 @@
-"""`headway study sorting`: train the grid, analyse every model, write tables, figures,
-`summary.json` and an offline HTML report. Everything already in the output folder is reused."""
+"""`headway study sorting`: the list-sorting study from nothing to its report (docs/study-sorting.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
-from headway.studies.ensembles import ANALYSIS, hardware_description, train_and_analyse
-from headway.studies.sorting.analyse import TABLES, analyse_ensemble
-from headway.studies.sorting.plan import SortingPlan
+from headway.runs.config import RunConfig
+from headway.studies.base import Study, StudyData, by_task
+from headway.studies.registry import register_study
+from headway.studies.sorting.plan import STUDY_SCALES, SortingPlan, data_label, study_plan
+from headway.studies.verdict import Verdict
+
+if TYPE_CHECKING:  # the analysis and report load when the study runs, not with its --help
+    import torch
+
+    from headway.studies.sorting.tables import SortingTables
 
 
-@dataclass
-class SortingStudyData:
-    """What the report is made from: the plan, training metrics, analysis tables and timings."""
+@register_study
+class SortingStudy(Study):
+    """Head modes and circuits, ablations, the LLC over training, and the effect of the data's gaps."""
 
+    name = "sorting"
+    summary = "The list-sorting study: head modes, copy suppression, the LLC over training, data features."
+    doc = "docs/study-sorting.md"
+    plan_class = SortingPlan
+    scales = STUDY_SCALES
+    tables = ("final", "ablation", "dla", "mode_curve", "llc_final", "llc_curve")
+    version = 3
     plan: SortingPlan
-    metrics: pd.DataFrame
-    tables: dict[str, pd.DataFrame]
-    seconds: dict[str, float]
-    hardware: dict[str, str]
-    ensembles: list[str]
 
+    @classmethod
+    def plan_for(cls, scale: str) -> SortingPlan:
+        return study_plan(scale)
 
-def run_sorting_study(plan: SortingPlan, out: Path | str, device: str = "auto", progress: bool = True) -> Path:
-    """Train, analyse and report the sorting study described by `plan` into `out`; return the report's path."""
-    from headway.studies.sorting.report import write_outputs
+    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
+        plan = self.plan
+        return {**super().analysis_stamp(runs), "sgld": plan.sgld.to_dict(),
+                "development": self._development(runs), "llc_checkpoints": plan.llc_checkpoints,
+                "examples": plan.examples}
 
-    out = Path(out)
-    development = {run.run_id for run in plan.development_runs()}
+    def tag_columns(self, run: RunConfig) -> dict[str, Any]:
+        return {"data": data_label(run)}
 
-    def analyse(run_dir: Path, target: torch.device) -> dict[str, pd.DataFrame]:
-        tables = analyse_ensemble(run_dir, out / ANALYSIS, plan.sgld, development, plan.llc_checkpoints,
-                                  plan.examples, target, progress)
-        return {name: frame.assign(ensemble=run_dir.name) for name, frame in tables.items()}
+    def _development(self, runs: list[RunConfig]) -> list[str]:
+        """Ids of the runs of `runs` whose LLC is traced over training."""
+        return sorted({run.run_id for run in self.plan.development_runs()} & {run.run_id for run in runs})
 
-    grid = train_and_analyse(plan.runs(), out, TABLES, analyse, device, progress)
-    data = SortingStudyData(plan, grid.metrics, grid.tables, grid.seconds, hardware_description(grid.device),
-                            [d.name for d in grid.ensembles])
-    return write_outputs(data, out)
+    def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+        import numpy as np
+        import torch
+
+        from headway.runs.checkpoints import save_tensors
+        from headway.studies.llc_trace import llc_trace
+        from headway.studies.sorting.analyse import CIRCUITS, LLC_TRACE, analyse_members
+
+        plan = self.plan
+        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
+        circuits: dict[str, list[torch.Tensor]] = {"ov": [], "qk": [], "scores": []}
+        order: list[int] = []
+        for members in by_task(runs).values():
+            tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, plan.sgld, self.progress,
+                                             data_label(runs[members[0]]))
+            for name, frame in tables.items():
+                parts[name].append(self.tag(frame, runs, members))
+            for name, array in arrays.items():
+                circuits[name].append(array)
+            order += members
+        traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
+        parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
+                                        device, self.progress, weights="all,heads",
+                                        tag=lambda frame: self.tag(frame, runs, traced),
+                                        stamp={"version": self.version})]
+        out = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
+        inverse = np.argsort(order)
+        save_tensors(folder / CIRCUITS, {name: torch.cat(arrays)[inverse] for name, arrays in circuits.items()},
+                     {"run_ids": ",".join(run.run_id for run in runs)})
+        return out
+
+    def analysed(self, run_dir: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+        """The cached tables with the ensemble's name, which the report needs to find its circuits."""
+        return {name: frame.assign(ensemble=run_dir.name) for name, frame in super().analysed(run_dir, device).items()}
+
+    def summarise(self, data: StudyData) -> SortingTables:
+        from headway.studies.sorting.tables import summarise
+
+        return summarise(data)
+
+    @staticmethod
+    def verdicts(summary: SortingTables) -> list[Verdict]:
+        from headway.studies.sorting.verdicts import verdicts
+
+        return verdicts(summary)
+
+    def report(self, data: StudyData, summary: SortingTables, found: list[Verdict]) -> Path:
+        from headway.studies.sorting.report import write_outputs
+
+        return write_outputs(data, summary, found, self.out)

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.tasks import words
-from headway.tasks.solver import solve
+from headway.tasks.retrieval.prompts import words
+from headway.tasks.retrieval.solver import solve
 
 
 @dataclass(frozen=True)

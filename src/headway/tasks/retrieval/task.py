@@ -40,13 +40,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.settings import Settings, check_bool, check_choice, check_int
-from headway.tasks.retrieval_arrays import encode_rows, gather
-from headway.tasks.retrieval_variants import draw_conditional, draw_plain
+from headway.settings import check_bool, check_choice, check_int
+from headway.tasks.base import ArrayBatch, Task
+from headway.tasks.registry import register_task
+from headway.tasks.retrieval.arrays import encode_rows, gather
+from headway.tasks.retrieval.variants import draw_conditional, draw_plain
 
 LAYOUTS = ("packed", "flat")
 ORDERS = ("shuffled", "chain")
@@ -59,9 +62,23 @@ _CHOICE_FIELDS = {"layout": LAYOUTS, "order": ORDERS, "curriculum": CURRICULA}
 _CHUNK = 8192
 
 
+@register_task
 @dataclass(frozen=True)
-class RetrievalConfig(Settings):
+class RetrievalConfig(Task):
     """Shape of one retrieval task; validated on construction so a bad value fails early."""
+
+    name: ClassVar[str] = "retrieval"
+    summary: ClassVar[str] = "multi-hop retrieval over K chains of D links (docs/retrieval-task.md)"
+    doc: ClassVar[str] = "docs/retrieval-task.md"
+    default_loss: ClassVar[str] = "mse"
+    scales: ClassVar[dict[str, dict[str, Any]]] = {
+        # The paper: 8 heads, width 128, 10k steps, batch 512, 2^20 examples, Adam 1e-3, wd 0.1, MSE.
+        "paper": {},
+        # Minutes on a 2-core laptop: narrower, fewer steps, a smaller pool.
+        "cpu": {"vocab": 16, "chains": 4, "heads": 4, "d_model": 64, "batch_size": 128, "steps": 1500,
+                "train_size": 2**16, "val_size": 1024, "eval_every": 100, "checkpoint_every": 500,
+                "log_checkpoints": 10},
+    }
 
     vocab: int = 32
     chains: int = 4
@@ -149,11 +166,6 @@ class RetrievalConfig(Settings):
         return self.hops if self.curriculum == "ic" else 1
 
     @property
-    def d_out(self) -> int:
-        """Readout width: one block of vocab outputs per target symbol."""
-        return self.n_targets * self.vocab
-
-    @property
     def readout_positions(self) -> int:
         """Trailing positions read out: the query alone."""
         return 1
@@ -162,20 +174,24 @@ class RetrievalConfig(Settings):
         """n examples; validation examples always query the full depth D."""
         return generate(self, n, rng, mixture_hops=False if validation else None)
 
-    def accuracy_columns(self, per_target: list[float], all_correct: float) -> dict[str, float]:
+    def accuracy_columns(self, per_target: list[float], all_correct: float, split: str = "val") -> dict[str, float]:
         """Logged accuracies: the answer's (the last target), and every hop's under the curriculum."""
-        columns = {"val_accuracy": per_target[-1]}
+        columns = {f"{split}_accuracy": per_target[-1]}
         if len(per_target) > 1:
-            columns.update({f"val_acc_hop{k + 1}": acc for k, acc in enumerate(per_target)})
+            columns.update({f"{split}_acc_hop{k + 1}": acc for k, acc in enumerate(per_target)})
         return columns
+
+    def records(self, batch: RetrievalBatch) -> list[dict[str, Any]]:
+        """Token and structured views of each example (docs/cli.md, record keys)."""
+        from headway.tasks.retrieval.records import retrieval_records
+
+        return retrieval_records(self, batch)
 
 
 @dataclass
-class RetrievalBatch:
+class RetrievalBatch(ArrayBatch):
     """N examples: the model's tokens and targets plus the structured view an independent solver reads."""
 
-    tokens: np.ndarray
-    targets: np.ndarray
     query_hops: np.ndarray
     statements: np.ndarray
     query: np.ndarray
@@ -183,25 +199,6 @@ class RetrievalBatch:
     answer: np.ndarray
     classes: np.ndarray | None = None
     rules: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        """Number of examples."""
-        return len(self.tokens)
-
-    @classmethod
-    def concat(cls, batches: list[RetrievalBatch]) -> RetrievalBatch:
-        """One batch holding the examples of `batches` in order."""
-        arrays = {}
-        for f in dataclasses.fields(cls):
-            parts = [getattr(b, f.name) for b in batches]
-            arrays[f.name] = None if parts[0] is None else np.concatenate(parts)
-        return cls(**arrays)
-
-    def subset(self, idx: np.ndarray | slice | list[int]) -> RetrievalBatch:
-        """Examples selected by idx (fancy index, mask or slice), applied to every array."""
-        return RetrievalBatch(
-            **{f.name: None if (a := getattr(self, f.name)) is None else a[idx] for f in dataclasses.fields(self)}
-        )
 
 
 def generate(

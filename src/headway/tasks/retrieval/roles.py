@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.analysis.interventions import HeadIntervention
+from headway.tasks.retrieval.interventions import HeadIntervention
 
 THRESHOLD = 0.4
 MIN_DROP = 0.05

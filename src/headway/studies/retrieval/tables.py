@@ -1,24 +1,22 @@
-"""Study-level tables from the trained runs and their analyses: final accuracies, the per-run
-mechanism and results tables, emergence units and their consistency, probe reach, and the
-machine-readable summary (numbers kept, never hidden when a claim fails)."""
+"""Study-level tables from the trained runs and their analyses (`summarise`): final accuracies, the
+depth law, the per-run mechanism and results tables, emergence units and their consistency, probe
+reach; and the machine-readable summary (numbers kept, never hidden when a claim fails)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from headway.analysis.emergence import emergence_table, order_consistency
-from headway.analysis.probes import probe_reach
-from headway.analysis.roles import role_columns
-from headway.runs.store import plain_value
-from headway.studies.depth import final_accuracy
-
-if TYPE_CHECKING:
-    from headway.studies.retrieval.study import StudyData
+from headway.runs.store import final_metrics, plain_value
+from headway.studies.base import StudyData, Verdict
+from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.tasks.retrieval.probes import probe_reach
+from headway.tasks.retrieval.roles import role_columns
 
 FACETS = ("part", "curriculum", "layout", "attention", "order")
 SOLVED = 0.9
@@ -26,9 +24,46 @@ NEAR_BASELINE = 0.1  # a circuit "carries the answer" when ablating it leaves at
 OTHER_HEAD_LIMIT = 0.05  # ... and ablating any single head outside it costs less than this
 
 
+@dataclass
+class RetrievalTables:
+    """Everything the verdicts and the report read, derived from the runs and their analyses."""
+
+    final: pd.DataFrame  # one row per run (final_runs)
+    depth: pd.DataFrame  # accuracy per facet × hops × layers (depth_table)
+    minimal: pd.DataFrame  # measured minimum depth per facet × hops
+    mechanism: pd.DataFrame  # per run: circuit, ablations, whether it carries the answer
+    reach: pd.DataFrame  # probe reach per run, site and layer
+    curves: pd.DataFrame  # role scores of the circuit groups over checkpoints
+    hops: pd.DataFrame  # per-hop validation accuracy over training
+    emergence: pd.DataFrame  # emergence order of circuit groups per cell
+    hop_emergence: pd.DataFrame  # emergence order of hops per cell
+    results: pd.DataFrame  # one row per run, everything above
+    heads: pd.DataFrame  # every head of every model, with its role and effects
+    probes: pd.DataFrame  # probe accuracy per run, site, layer and hop
+
+
+def summarise(data: StudyData) -> RetrievalTables:
+    """The study's tables from the gathered metrics and analysis tables."""
+    metrics = data.metrics.assign(part=np.where(data.metrics.conditional.astype(bool), "conditional", "plain"))
+    final = final_runs(metrics)
+    heads, circuit = data.tables["heads"], data.tables["circuit"]
+    mechanism = mechanism_table(final, heads, circuit)
+    facets = tuple(f for f in FACETS if f in final.columns)
+    depth = depth_table(metrics, threshold=SOLVED, by=facets)
+    reach = probe_reach_table(data.tables["probes"], final)
+    curves = role_curves(heads, data.tables["head_curves"], final)
+    hops = hop_curves(metrics)
+    cells = ic_cells(final)
+    return RetrievalTables(final=final, depth=depth, minimal=measured_min_layers(depth, by=facets),
+                           mechanism=mechanism, reach=reach, curves=curves, hops=hops,
+                           emergence=emergence_summary(curves, cells), hop_emergence=emergence_summary(hops, cells),
+                           results=results_table(mechanism, reach, curves), heads=heads,
+                           probes=data.tables["probes"])
+
+
 def final_runs(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per run: config, final accuracy, whether it is solved, and the chance levels."""
-    final = final_accuracy(metrics).copy()
+    final = final_metrics(metrics).copy()
     final["part"] = np.where(final.conditional.astype(bool), "conditional", "plain")
     final["solved"] = final.val_accuracy >= SOLVED
     final["chance"] = np.maximum(1.0 / final.vocab, 1.0 / final.chains)
@@ -102,24 +137,6 @@ def emergence_summary(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def order_verdict(cells: pd.DataFrame, expected: Callable[[Any], str] | None = None) -> tuple[str, str]:
-    """Verdict and numbers for "units emerge in a fixed order" over `cells` (rows of emergence_summary):
-    `not reproduced` when seeds disagree (or differ from `expected(cell)`), `partly reproduced` when
-    the only agreement comes from seeds whose units emerged at the same checkpoint, else `reproduced`."""
-    disagree = tied = False
-    parts = []
-    for cell in cells.itertuples():
-        wrong = expected is not None and cell.most_common_order != expected(cell)
-        disagree |= cell.share_most_common < 1 or wrong
-        tied |= cell.tied_seeds > 0
-        parts.append(f"D={cell.hops}, {cell.layers} layers: {cell.most_common_order} in {cell.share_most_common:.0%} "
-                     f"of {cell.seeds} seeds, {cell.tied_seeds} with ties, τ mean {cell.kendall_tau_mean:.2f}")
-    verdict = "not reproduced" if disagree else "partly reproduced" if tied else "reproduced"
-    return verdict, "; ".join(parts) + ("." if not tied else
-                                        ". Ties: two units emerged at the same checkpoint, so their order is "
-                                        "not resolved at this checkpoint spacing.")
-
-
 def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     """Probe reach per run, site and layer."""
     if probes.empty:
@@ -143,20 +160,18 @@ def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataF
     return table
 
 
-def summary_json(data: StudyData, final: pd.DataFrame, minimal: pd.DataFrame, mechanism: pd.DataFrame,
-                 emergence: pd.DataFrame, hop_emergence: pd.DataFrame, reach: pd.DataFrame,
-                 verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict]) -> dict[str, Any]:
     """The machine-readable summary: settings, hardware, timings, the tables that back each verdict."""
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
     return {
-        "scale": data.plan.scale, "runs": len(final), "hardware": data.hardware,
+        "scale": data.plan.scale, "runs": len(tables.final), "hardware": data.hardware,
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
-        "verdicts": verdicts, "minimum_depth": records(minimal),
-        "mechanism": records(mechanism.drop(columns=["run_id"])),
-        "emergence": records(emergence), "hop_emergence": records(hop_emergence),
-        "probe_reach": records(reach),
+        "verdicts": [v.to_dict() for v in verdicts], "minimum_depth": records(tables.minimal),
+        "mechanism": records(tables.mechanism.drop(columns=["run_id"])),
+        "emergence": records(tables.emergence), "hop_emergence": records(tables.hop_emergence),
+        "probe_reach": records(tables.reach),
     }
 
 

@@ -1,8 +1,7 @@
-"""Causal checks on heads: zero and mean ablation, and activation patching from a corrupted example.
-
-A head's output is its slice of `hook_z` ([E, B, S, H, d_head]); intervening there removes exactly
-that head's contribution. Interventions act on all instances of an ensemble at once, each instance
-with its own choice of heads ([E, L, H] masks), so one forward measures every instance.
+"""Causal checks on the heads of retrieval models: zero and mean ablation, and activation patching
+from a corrupted example, scored on the answer (the replacement itself is `headway.analysis.ablation`).
+Interventions act on all instances of an ensemble at once, each instance with its own choice of
+heads ([E, L, H] masks), so one forward measures every instance.
 
 Patching uses *root-swapped* examples: the queried chain's root is exchanged, everywhere in the
 example, with another chain's root. The corrupted example is valid, has a different answer, and
@@ -12,20 +11,17 @@ the corrupted answer carries the answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
 
-from headway.analysis.heads import instance_tokens
-from headway.analysis.positions import StatementMap
+from headway.analysis.ablation import KINDS, ablation_hooks, head_outputs, mean_outputs, single_heads, z_names
+from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
-from headway.tasks.retrieval_arrays import encode_rows
-
-KINDS = ("zero", "mean", "patch")
+from headway.tasks.retrieval.arrays import encode_rows
+from headway.tasks.retrieval.positions import StatementMap
+from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
 
 
 def swap_roots(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap) -> tuple[np.ndarray, np.ndarray]:
@@ -58,16 +54,9 @@ class HeadIntervention:
         self.corrupted = instance_tokens(corrupted, e, self.device)
         self.answer = torch.as_tensor(np.asarray(batch.answer), device=self.device)
         self.corrupted_answer = torch.as_tensor(corrupted_answer, device=self.device)
-        names = [self._z(layer) for layer in range(self.layers)]
         with torch.no_grad():
-            clean_out, clean = model.run_with_cache(self.tokens, names)
-            _, patched = model.run_with_cache(self.corrupted, names)
-        self.clean_prediction = self._predict(clean_out)
-        self.mean_z = {name: z.mean(dim=1, keepdim=True) for name, z in clean.items()}
-        self.corrupted_z = patched
-
-    def _z(self, layer: int) -> str:
-        return f"blocks.{layer}.attn.hook_z"
+            self.clean_prediction = self._predict(model.run_with_cache(self.tokens, z_names(model))[0])
+        self.sources = {"mean": mean_outputs(model, self.tokens), "patch": head_outputs(model, self.corrupted)}
 
     def _predict(self, out: Tensor) -> Tensor:
         """Predicted answer symbol [E, B]: argmax of the final-hop block of the readout."""
@@ -76,28 +65,8 @@ class HeadIntervention:
     @torch.no_grad()
     def run(self, mask: Tensor, kind: str) -> Tensor:
         """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated or patched."""
-        if kind not in KINDS:
-            raise ValueError(f"intervention kind = {kind!r}; choose one of {', '.join(KINDS)}")
-        mask = mask.to(self.device)
-        hooks = {}
-        for layer in range(self.layers):
-            if mask[:, layer].any():
-                hooks[self._z(layer)] = self._hook(mask[:, layer], kind)
+        hooks = ablation_hooks(self.model, mask, kind, self.sources.get(kind))
         return self._predict(self.model(self.tokens, hooks=hooks))
-
-    def _hook(self, heads: Tensor, kind: str):
-        select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
-
-        def replace(z: Tensor, name: str) -> Tensor:
-            if kind == "zero":
-                source = torch.zeros((), dtype=z.dtype, device=z.device)
-            elif kind == "mean":
-                source = self.mean_z[name]
-            else:
-                source = self.corrupted_z[name]
-            return torch.where(select, source, z)
-
-        return replace
 
     def accuracy(self, prediction: Tensor) -> np.ndarray:
         """Share of examples answered correctly, per instance [E]."""
@@ -107,21 +76,13 @@ class HeadIntervention:
         """Share of examples whose prediction became the corrupted answer, per instance [E]."""
         return (prediction == self.corrupted_answer).float().mean(dim=1).cpu().numpy()
 
-    def single_heads(self) -> Iterator[tuple[int, int, Tensor]]:
-        """(layer, head, mask) selecting that one head in every instance."""
-        for layer in range(self.layers):
-            for head in range(self.heads):
-                mask = torch.zeros(self.model.n_instances, self.layers, self.heads, dtype=torch.bool)
-                mask[:, layer, head] = True
-                yield layer, head, mask
-
 
 def head_effects(intervention: HeadIntervention, kinds: tuple[str, ...] = KINDS) -> pd.DataFrame:
     """Per (instance, layer, head): accuracy after each intervention on that head alone and the drop
     from the clean accuracy; for patching also the flip rate to the corrupted answer."""
     clean = intervention.accuracy(intervention.clean_prediction)
     frames = []
-    for layer, head, mask in intervention.single_heads():
+    for layer, head, mask in single_heads(intervention.model):
         columns = {}
         for kind in kinds:
             prediction = intervention.run(mask, kind)

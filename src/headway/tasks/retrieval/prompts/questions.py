@@ -18,8 +18,8 @@ import numpy as np
 
 from headway.errors import ConfigError
 from headway.settings import check_int
-from headway.tasks.formulations import FORMULATIONS, Formulation, Instance
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig, generate
+from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, Formulation, Instance
+from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig, generate
 
 # The line the prompt ends with; options are scored as continuations after it (lm-eval style).
 ANSWER_CUE = "Answer:"

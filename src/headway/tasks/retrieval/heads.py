@@ -18,15 +18,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.analysis.positions import StatementMap, reading_positions
+from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.retrieval import RetrievalConfig
-
-
-def instance_tokens(tokens: np.ndarray, n_instances: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The same examples for every instance: [E, N, positions, slots] on `device`."""
-    t = torch.as_tensor(np.asarray(tokens), dtype=torch.long, device=device)
-    return t.unsqueeze(0).expand(n_instances, *t.shape).contiguous()
+from headway.tasks.retrieval.positions import StatementMap, reading_positions
+from headway.tasks.retrieval.task import RetrievalConfig
 
 
 @torch.no_grad()
@@ -35,7 +30,7 @@ def statement_patterns(model: EnsembleTransformer, cfg: RetrievalConfig, tokens:
     """Attention of every head at statement level, [E, N, L, H, P_from, P_to] as float32 numpy."""
     per = 1 if cfg.layout == "packed" else cfg.statement_width
     reading = torch.as_tensor(reading_positions(cfg))
-    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(model.cfg.layers)]
+    names = [model.hook_name("attn.hook_pattern", layer) for layer in range(model.cfg.layers)]
     device = next(model.parameters()).device
     parts = []
     for start in range(0, len(tokens), chunk):

@@ -18,22 +18,44 @@ How the numbers are drawn (``gaps``):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.settings import Settings, check_bool, check_choice, check_int, check_number
+from headway.settings import check_bool, check_choice, check_int, check_number
+from headway.tasks.base import ArrayBatch, Task
+from headway.tasks.registry import register_task
 
 GAP_KINDS = ("uniform", "geometric")
 # Redraw rounds for geometric lists that overflow the range before giving up on the setting.
 _MAX_REDRAWS = 200
+# The recipe (docs/sorting-task.md): 1 layer, attention-only, 2 heads of width 48 in d_model 96, LayerNorm;
+# Adam (L2 decay 0.005, on weight matrices) with lr 1e-3 falling linearly to 1e-4, batch 512,
+# cross-entropy, a fixed pool of 150k lists and a 10k validation set, dense log-spaced checkpoints.
+RECIPE: dict[str, Any] = {
+    "layers": 1, "heads": 2, "d_model": 96, "d_head": 48, "d_mlp": 0, "layernorm": True,
+    "optimizer": "adam", "lr": 1e-3, "schedule": "linear", "final_lr_fraction": 0.1, "weight_decay": 0.005,
+    "batch_size": 512, "loss": "cross_entropy", "train_size": 150_000, "val_size": 10_000, "steps": 20_000,
+    "eval_every": 100, "checkpoint_every": 2000, "log_checkpoints": 40,
+}
 
 
+@register_task
 @dataclass(frozen=True)
-class SortingConfig(Settings):
+class SortingConfig(Task):
     """Shape of one sorting task; validated on construction so a bad value fails early."""
+
+    name: ClassVar[str] = "sorting"
+    summary: ClassVar[str] = "sort a list of numbers with teacher forcing (docs/sorting-task.md)"
+    doc: ClassVar[str] = "docs/sorting-task.md"
+    scales: ClassVar[dict[str, dict[str, Any]]] = {
+        "paper": RECIPE,
+        # The same model and recipe; fewer steps, a smaller batch and validation set.
+        "cpu": {**RECIPE, "batch_size": 128, "steps": 1500, "val_size": 2000, "eval_every": 50,
+                "checkpoint_every": 500, "log_checkpoints": 16},
+    }
 
     length: int = 10
     values: int = 51
@@ -99,43 +121,36 @@ class SortingConfig(Settings):
         """Trailing positions whose outputs are predictions (SEP … b_{n-1})."""
         return self.length
 
-    @property
-    def d_out(self) -> int:
-        """Outputs per readout position."""
-        return self.values
-
     def draw(self, n: int, rng: np.random.Generator, validation: bool = False) -> SortingBatch:
         """n examples (training and validation lists come from the same distribution)."""
         return generate(self, n, rng)
 
-    def accuracy_columns(self, per_target: list[float], all_correct: float) -> dict[str, float]:
+    def accuracy_columns(self, per_target: list[float], all_correct: float, split: str = "val") -> dict[str, float]:
         """Logged accuracies: the mean over sorted positions, and whole lists right."""
-        return {"val_accuracy": float(np.mean(per_target)), "val_list_accuracy": all_correct}
+        return {f"{split}_accuracy": float(np.mean(per_target)), f"{split}_list_accuracy": all_correct}
+
+    def records(self, batch: SortingBatch) -> list[dict[str, Any]]:
+        """The list, its sort, the gaps, and the model's tokens and targets with their positions."""
+        readout = list(range(self.length, 2 * self.length))
+        columns = zip(batch.lists.tolist(), batch.sorted.tolist(), batch.gaps.tolist(), batch.tokens.tolist(),
+                      batch.targets.tolist(), strict=True)
+        return [{"list": values, "sorted": ordered, "gaps": gaps, "tokens": tokens, "sep": self.sep,
+                 "readout_positions": readout, "targets": targets}
+                for values, ordered, gaps, tokens, targets in columns]
 
 
 @dataclass
-class SortingBatch:
-    """N examples: model tokens and targets plus the lists themselves."""
+class SortingBatch(ArrayBatch):
+    """N examples: model tokens [N, 2n] (a₁ … a_n, SEP, b₁ … b_{n-1}) and targets [N, n] (b₁ … b_n)
+    plus the lists themselves."""
 
-    tokens: np.ndarray  # [N, 2n]: a₁ … a_n, SEP, b₁ … b_{n-1}
-    targets: np.ndarray  # [N, n]: b₁ … b_n
     lists: np.ndarray  # [N, n]: a₁ … a_n
     sorted: np.ndarray  # [N, n]: b₁ … b_n
-
-    def __len__(self) -> int:
-        return len(self.tokens)
 
     @property
     def gaps(self) -> np.ndarray:
         """Gaps between adjacent sorted numbers [N, n-1]."""
         return np.diff(self.sorted, axis=1)
-
-    @classmethod
-    def concat(cls, batches: list[SortingBatch]) -> SortingBatch:
-        return cls(**{f.name: np.concatenate([getattr(b, f.name) for b in batches]) for f in dataclasses.fields(cls)})
-
-    def subset(self, idx: np.ndarray | slice | list[int]) -> SortingBatch:
-        return SortingBatch(**{f.name: getattr(self, f.name)[idx] for f in dataclasses.fields(self)})
 
 
 def generate(cfg: SortingConfig, n: int, rng: np.random.Generator | int) -> SortingBatch:

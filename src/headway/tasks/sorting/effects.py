@@ -16,7 +16,7 @@ layer 0's direct path only.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -24,11 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from headway.analysis.circuits import LN_EPS, check_model, unembed_direction
-from headway.analysis.heads import instance_tokens
+from headway.analysis.ablation import ablation_hooks, mean_outputs
+from headway.analysis.inputs import instance_tokens
 from headway.errors import ConfigError
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.sorting import SortingBatch, SortingConfig
+from headway.tasks.sorting.circuits import LN_EPS, check_model, unembed_direction
+from headway.tasks.sorting.task import SortingBatch, SortingConfig
 
 # Bins of the gap b_k − b_{k−1}: "first" is b₁ (no previous number); "0" occurs only with repeats;
 # 1 and 2 are the near-neighbour cases kept apart, larger gaps grow in doubling ranges.
@@ -37,7 +38,6 @@ _BIN_STARTS = np.array([1, 2, 3, 5, 9])  # smallest gap of the bins "1" … "9+"
 ALL = "all"
 KINDS = ("zero", "mean")
 ALL_HEADS = -2  # `head` value of the rows that ablate every head at once (-1 is the unablated baseline)
-_Z = "blocks.0.attn.hook_z"
 
 
 def gap_bin_index(gaps: np.ndarray) -> np.ndarray:
@@ -99,24 +99,11 @@ def _readout_metrics(logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
             "entropy": -(logp.exp() * logp).sum(dim=-1)}
 
 
-@torch.no_grad()
-def _z_means(model: EnsembleTransformer, tokens: Tensor, chunk: int) -> Tensor:
-    """Mean of hook_z over the examples at each position, [E, S, H, d_head]."""
-    total = 0
-    for start in range(0, tokens.shape[1], chunk):
-        _, cache = model.run_with_cache(tokens[:, start : start + chunk], [_Z], readout="all")
-        total = total + cache[_Z].sum(dim=1)
-    return total / tokens.shape[1]
-
-
-def _ablation_hook(kind: str, heads: list[int], means: Tensor | None) -> Callable[[Tensor, str], Tensor]:
-    """hook_z replacement: the chosen heads' slices set to 0 or to their batch mean."""
-    def hook(z: Tensor, name: str) -> Tensor:
-        z = z.clone()
-        z[:, :, :, heads] = 0.0 if kind == "zero" else means[:, None, :, heads].to(z.dtype)
-        return z
-
-    return hook
+def _layer0_mask(model: EnsembleTransformer, heads: list[int]) -> Tensor:
+    """An [E, L, H] selection of the given heads of layer 0 in every instance."""
+    mask = torch.zeros(model.n_instances, model.cfg.layers, model.cfg.heads, dtype=torch.bool)
+    mask[:, 0, heads] = True
+    return mask
 
 
 @torch.no_grad()
@@ -137,15 +124,16 @@ def ablate_heads(model: EnsembleTransformer, batch: SortingBatch, cfg: SortingCo
     tokens = instance_tokens(batch.tokens, model.n_instances, device)
     targets = torch.as_tensor(batch.targets, device=device)
     bins = torch.as_tensor(gap_bin_index(batch.gaps), device=device)
-    means = _z_means(model, tokens, chunk) if "mean" in kinds else None
+    means = mean_outputs(model, tokens, chunk) if "mean" in kinds else None
     groups = [[h] for h in range(n_heads)] + ([list(range(n_heads))] if all_heads and n_heads > 1 else [])
     settings = [("none", -1, None)] + [
-        (kind, g[0] if len(g) == 1 else ALL_HEADS, _ablation_hook(kind, g, means)) for kind in kinds for g in groups]
+        (kind, g[0] if len(g) == 1 else ALL_HEADS, ablation_hooks(model, _layer0_mask(model, g), kind, means))
+        for kind in kinds for g in groups]
     sums = [_BinSums() for _ in settings]
     for start in range(0, len(batch), chunk):
         part = slice(start, start + chunk)
-        for acc, (_, _, hook) in zip(sums, settings):
-            logits = model(tokens[:, part], readout="all", hooks={_Z: hook} if hook else None)[:, :, n:]
+        for acc, (_, _, hooks) in zip(sums, settings):
+            logits = model(tokens[:, part], readout="all", hooks=hooks)[:, :, n:]
             acc.add(bins[part], **_readout_metrics(logits, targets[part]))
     frame = pd.concat([_rows(acc, kind=kind, head=head) for acc, (kind, head, _) in zip(sums, settings)],
                       ignore_index=True)
@@ -183,15 +171,15 @@ def direct_logit_attribution(model: EnsembleTransformer, batch: SortingBatch, cf
     _check_batch(model, batch, cfg)
     device = next(model.parameters()).device
     n, e = cfg.length, model.n_instances
-    final = f"blocks.{model.cfg.layers - 1}.hook_resid_post"
+    z_name, final = model.hook_name("attn.hook_z", 0), model.hook_name("hook_resid_post", -1)
     tokens = instance_tokens(batch.tokens, e, device)
     targets = torch.as_tensor(batch.targets, device=device)
     bins = torch.as_tensor(gap_bin_index(batch.gaps), device=device)
     correct, current = _BinSums(), _BinSums()
     for start in range(0, len(batch), chunk):
         part = slice(start, start + chunk)
-        _, cache = model.run_with_cache(tokens[:, part], [_Z, final], readout="all")
-        z, resid = cache[_Z][:, :, n:], cache[final][:, :, n:]
+        _, cache = model.run_with_cache(tokens[:, part], [z_name, final], readout="all")
+        z, resid = cache[z_name][:, :, n:], cache[final][:, :, n:]
         out = torch.einsum("ebphk,ehkd->ebphd", z, model.blocks[0].attn.W_O)  # [E, B, n, H, d]
         std = (resid.var(dim=-1, unbiased=False) + LN_EPS).sqrt().unsqueeze(-1)  # [E, B, n, 1]
         logits = unembed_direction(model, out, std)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from headway.tasks.retrieval_arrays import (
+from headway.tasks.retrieval.arrays import (
     gather,
     gather_rows,
     query_hops,
@@ -20,7 +20,7 @@ from headway.tasks.retrieval_arrays import (
 )
 
 if TYPE_CHECKING:
-    from headway.tasks.retrieval import RetrievalConfig
+    from headway.tasks.retrieval.task import RetrievalConfig
 
 
 class Drawn(NamedTuple):

@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.analysis.heads import instance_tokens
-from headway.analysis.positions import NONE, StatementMap, follow, reading_positions
+from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval.positions import NONE, StatementMap, follow, reading_positions
+from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
 
 SITES = ("query", "link")
 
@@ -52,7 +52,8 @@ def residual_streams(model: EnsembleTransformer, cfg: RetrievalConfig, tokens: n
                      chunk: int = 512) -> np.ndarray:
     """The residual stream before the first block and after every block, [E, L+1, N, S, d_model] float32."""
     n_layers = model.cfg.layers
-    names = ["blocks.0.hook_resid_pre"] + [f"blocks.{layer}.hook_resid_post" for layer in range(n_layers)]
+    names = [model.hook_name("hook_resid_pre", 0)] + [model.hook_name("hook_resid_post", layer)
+                                                       for layer in range(n_layers)]
     device = next(model.parameters()).device
     parts = []
     for start in range(0, len(tokens), chunk):

@@ -1,15 +1,15 @@
-"""Training recipe. Defaults are the paper's: Adam lr 1e-3, decoupled weight decay 0.1,
-batch 512, 10k steps, a pool of 2^20 examples, MSE loss."""
+"""The training recipe of a run (`TrainConfig`). Defaults are the retrieval paper's: Adam lr 1e-3,
+decoupled weight decay 0.1, batch 512, 10k steps, a pool of 2^20 examples, MSE loss."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from headway.settings import Settings, check_choice, check_int, check_number
-from headway.train.schedule import SCHEDULES
 
 OPTIMIZERS = ("adamw", "adam")
 LOSSES = ("mse", "cross_entropy")
+SCHEDULES = ("constant", "linear", "cosine")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from headway.tasks.formulations import FORMULATIONS
-from headway.tasks.questions import Question, by_cell, write_questions
+from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
+from headway.tasks.retrieval.prompts.questions import Question, by_cell, write_questions
 
 GROUP = "headway_retrieval"
 

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from headway.errors import ConfigError
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.sorting import SortingConfig
+from headway.tasks.sorting.task import SortingConfig
 
 LN_EPS = 1e-5  # F.layer_norm's default, used by the model
 
@@ -120,7 +120,7 @@ def measure_readout_scale(model: EnsembleTransformer, tokens: Tensor, cfg: Sorti
     tokens [E, B, 2n] (the per-token ln_final divisor that `ov_circuits` replaces by one number)."""
     check_model(model, cfg)
     check_tokens(model, tokens, cfg)
-    final = f"blocks.{model.cfg.layers - 1}.hook_resid_post"
+    final = model.hook_name("hook_resid_post", -1)
     total = torch.zeros(model.n_instances, device=tokens.device)
     for start in range(0, tokens.shape[1], chunk):
         _, cache = model.run_with_cache(tokens[:, start : start + chunk], [final], readout="all")

@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-
-def min_layers(hops: int) -> int:
-    """Smallest t with 3^t >= 2·hops (Theorem 1's bound, in exact integer arithmetic)."""
-    if hops < 1:
-        raise ValueError(f"hops = {hops} must be >= 1")
-    layers, reach = 0, 1
-    while reach < 2 * hops:
-        layers, reach = layers + 1, reach * 3
-    return layers
-
-
-def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: its config columns and the validation accuracy at its last logged step."""
-    last = metrics.groupby("run_id").step.transform("max")
-    return metrics[metrics.step == last].reset_index(drop=True)
+from headway.runs.store import final_metrics
+from headway.tasks.retrieval.theory import min_layers
 
 
 def depth_table(metrics: pd.DataFrame, threshold: float = 0.9, by: tuple[str, ...] = ()) -> pd.DataFrame:
     """Mean and spread of final accuracy per (*by, hops, layers) over seeds, with the baselines and
     whether the cell counts as solved (mean accuracy >= `threshold`)."""
-    final = final_accuracy(metrics)
+    final = final_metrics(metrics)
     table = (final.groupby([*by, "hops", "layers"])
              .agg(accuracy=("val_accuracy", "mean"), accuracy_min=("val_accuracy", "min"),
                   accuracy_max=("val_accuracy", "max"), seeds=("seed", "nunique"),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headway.tasks.retrieval import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
 
 NONE = -1
 

@@ -1,0 +1,93 @@
+"""Head ablation and patching, for any task: a head's output is its slice of `hook_z`
+([E, B, S, H, d_head]), so replacing that slice removes exactly that head's contribution.
+
+Selections are [E, L, H] boolean masks, so every instance of an ensemble can have its own heads
+replaced in the same forward pass. A selected slice is set to zero (`zero`), to its mean over a
+set of examples at each position (`mean`), or to the activation of another input (`patch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from headway.errors import ConfigError
+from headway.model.hooks import Hook
+from headway.model.transformer import EnsembleTransformer
+
+KINDS = ("zero", "mean", "patch")
+Z = "attn.hook_z"  # the per-layer hook point every selection acts on
+
+
+def z_names(model: EnsembleTransformer) -> list[str]:
+    """The hook_z name of every layer, in layer order."""
+    return [model.hook_name(Z, layer) for layer in range(model.cfg.layers)]
+
+
+def single_heads(model: EnsembleTransformer) -> Iterator[tuple[int, int, Tensor]]:
+    """(layer, head, mask) selecting that one head in every instance."""
+    for layer in range(model.cfg.layers):
+        for head in range(model.cfg.heads):
+            mask = torch.zeros(model.n_instances, model.cfg.layers, model.cfg.heads, dtype=torch.bool)
+            mask[:, layer, head] = True
+            yield layer, head, mask
+
+
+@torch.no_grad()
+def head_outputs(model: EnsembleTransformer, tokens: Tensor, chunk: int | None = None) -> dict[str, Tensor]:
+    """Every layer's hook_z on `tokens` [E, N, ...], by name ([E, N, S, H, d_head] each)."""
+    names = z_names(model)
+    chunk = chunk or tokens.shape[1]
+    parts: dict[str, list[Tensor]] = {name: [] for name in names}
+    for start in range(0, tokens.shape[1], chunk):
+        _, cache = model.run_with_cache(tokens[:, start : start + chunk], names)
+        for name in names:
+            parts[name].append(cache[name])
+    return {name: torch.cat(values, dim=1) for name, values in parts.items()}
+
+
+@torch.no_grad()
+def mean_outputs(model: EnsembleTransformer, tokens: Tensor, chunk: int | None = None) -> dict[str, Tensor]:
+    """Every layer's hook_z averaged over the examples of `tokens` at each position, by name
+    ([E, 1, S, H, d_head]): the replacement of mean ablation. Summed `chunk` examples at a time."""
+    names = z_names(model)
+    chunk = chunk or tokens.shape[1]
+    totals: dict[str, Tensor] = {}
+    for start in range(0, tokens.shape[1], chunk):
+        _, cache = model.run_with_cache(tokens[:, start : start + chunk], names)
+        for name in names:
+            part = cache[name].sum(dim=1, keepdim=True)
+            totals[name] = part if name not in totals else totals[name] + part
+    return {name: total / tokens.shape[1] for name, total in totals.items()}
+
+
+def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str,
+                   source: dict[str, Tensor] | None = None) -> dict[str, Hook]:
+    """Hooks replacing the heads selected by `mask` [E, L, H]: with zero (`zero`) or with `source[name]`
+    (`mean`: from `mean_outputs`, `patch`: from `head_outputs` of the patching input), broadcast to z."""
+    if kind not in KINDS:
+        raise ConfigError(f"ablation kind = {kind!r} is unknown; choose one of {', '.join(KINDS)}")
+    if kind != "zero" and source is None:
+        raise ConfigError(f"ablation kind {kind!r} needs the replacement activations (source)")
+    expected = (model.n_instances, model.cfg.layers, model.cfg.heads)
+    if tuple(mask.shape) != expected:
+        raise ConfigError(f"head mask has shape {tuple(mask.shape)}; expected {list(expected)} (instances, layers, heads)")
+    mask = mask.to(next(model.parameters()).device)
+    hooks = {}
+    for layer, name in enumerate(z_names(model)):
+        if mask[:, layer].any():
+            hooks[name] = _replace(mask[:, layer], None if kind == "zero" else source[name])
+    return hooks
+
+
+def _replace(heads: Tensor, source: Tensor | None) -> Hook:
+    """A hook_z hook setting the heads [E, H] to `source` (zero when None)."""
+    select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
+
+    def replace(z: Tensor, name: str) -> Tensor:
+        value = torch.zeros((), dtype=z.dtype, device=z.device) if source is None else source.to(z.dtype)
+        return torch.where(select, value, z)
+
+    return replace

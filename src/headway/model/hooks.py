@@ -1,0 +1,59 @@
+"""Hook points named by the module tree, and the dispatch of user hooks during one forward call.
+
+A module that exposes activations subclasses `HookedModule` and lists its local hook points
+(`hook_points()`, e.g. "hook_z"); their full names are its path in the model plus the local name
+("blocks.0.attn.hook_z"), assigned once by `name_hook_points` after the tree is built. So a name
+exists exactly when a module emits it, and no list of names is kept by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from torch import Tensor, nn
+
+Hook = Callable[[Tensor, str], Tensor | None]
+
+
+class HookDispatch:
+    """The hooks of one forward call: `dispatch(name, tensor)` returns the tensor, replaced when
+    the hook registered under `name` returned one."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, hooks: Mapping[str, Hook] | None) -> None:
+        self.hooks = hooks or {}
+
+    def __call__(self, name: str, tensor: Tensor) -> Tensor:
+        hook = self.hooks.get(name)
+        if hook is None:
+            return tensor
+        out = hook(tensor, name)
+        return tensor if out is None else out
+
+    def wants(self, names: Iterable[str]) -> bool:
+        """Whether any of `names` has a hook in this call."""
+        return any(n in self.hooks for n in names)
+
+
+class HookedModule(nn.Module):
+    """A module with named hook points; `hook[local]` is the full name of its point `local`."""
+
+    hook: dict[str, str]
+
+    def hook_points(self) -> tuple[str, ...]:
+        """Local names of the hook points this module emits, in the order it emits them."""
+        return ()
+
+
+def name_hook_points(root: nn.Module) -> list[str]:
+    """Give every HookedModule under `root` the full names of its hook points; return all of them
+    in module-tree order."""
+    names: list[str] = []
+    for path, module in root.named_modules():
+        if isinstance(module, HookedModule):
+            prefix = f"{path}." if path else ""
+            module.hook = {local: prefix + local for local in module.hook_points()}
+            names.extend(module.hook.values())
+    return names
+

@@ -1,0 +1,57 @@
+"""Figures of development over training, for any task: loss and LLC with stage boundaries, and the
+SGLD chains behind one LLC estimate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+
+def plot_development(loss: pd.DataFrame, llc: pd.DataFrame, boundaries: pd.DataFrame, title: str) -> Figure:
+    """Loss (top: validation loss, and the training-pool loss at each traced checkpoint) and the
+    LLC of the whole model and of each head (bottom, ± std over chains) over training, with the
+    stage boundaries as vertical lines. Checkpoints with λ̂ ≤ 0 (w* not a local minimum) are
+    shaded and left out of the LLC lines."""
+    fig = Figure(figsize=(7, 5.5))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    loss = loss[loss.step > 0]
+    top.plot(loss.step, loss.val_loss, color="k", label="validation")
+    whole = llc[(llc.weights == "all") & (llc.step > 0)].sort_values("step")
+    top.plot(whole.step, whole.init_loss, "o", ms=3, color="tab:gray", label="training pool, at w*")
+    top.set(yscale="log", ylabel="loss", title=title)
+    top.legend(fontsize=8)
+    local = whole[whole.llc_mean > 0]
+    for weights, frame in llc[llc.step.isin(local.step)].groupby("weights", sort=False):
+        frame = frame.sort_values("step")
+        bottom.errorbar(frame.step, frame.llc_mean, yerr=frame.llc_std, marker="o", ms=3, capsize=2,
+                        lw=2 if weights == "all" else 1, label="whole model" if weights == "all" else weights)
+    if len(local) < len(whole):
+        edge = local.step.min() if len(local) else whole.step.max()
+        for ax in (top, bottom):
+            ax.axvspan(whole.step.min(), edge, color="0.9", zorder=0)
+        bottom.text(whole.step.min(), 0.02, " λ̂ ≤ 0: w* not a local minimum", transform=bottom.get_xaxis_transform(),
+                    fontsize=7, color="0.4")
+    bottom.set(xscale="log", xlabel="step", ylabel="LLC λ̂")
+    bottom.legend(fontsize=8)
+    for row in boundaries.itertuples():
+        for ax in (top, bottom):
+            ax.axvline(row.step, color="tab:red" if row.source == "llc" else "tab:blue", ls="--", lw=1, alpha=0.7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_sgld_traces(llc: pd.DataFrame, title: str) -> Figure:
+    """SGLD diagnostics at one checkpoint: each chain's draw losses (rows `llc` of one run and step,
+    one panel per weight subset), with the loss at w* dashed; chains should level off together."""
+    fig = Figure(figsize=(3.6 * len(llc), 3))
+    axes = fig.subplots(1, len(llc), squeeze=False)
+    for ax, row in zip(axes[0], llc.itertuples()):
+        for chain in row.loss_trace:
+            ax.plot(np.asarray(chain, dtype=float), lw=0.8)
+        ax.axhline(row.init_loss, color="k", ls="--", lw=1)
+        ax.set(title=f"{'whole model' if row.weights == 'all' else row.weights}: λ̂ {row.llc_mean:.0f} ± {row.llc_std:.0f}",
+               xlabel="draw", ylabel="minibatch loss")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

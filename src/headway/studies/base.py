@@ -1,0 +1,227 @@
+"""What every study shares: a plan of runs, one driver (train the plan, analyse each ensemble once,
+gather the tables), typed verdicts computed from tables, and the outputs.
+
+A study subclasses `Study` and registers with `headway.studies.registry.register_study`; its plan is
+a frozen dataclass subclassing `Plan`, whose fields carry `axis(...)` metadata so that
+`headway study NAME` builds its options from them. The pipeline:
+
+    plan.runs() → train (shared run store) → analyse(ensemble) per ensemble, cached in
+    <out>/analysis/<ensemble>/ with a done.json → summarise(data) → verdicts(tables) → report(...)
+
+`verdicts` is a pure function of the summarised tables, so every claim check is unit-testable
+without training anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+import pandas as pd
+
+from headway.runs import layout
+from headway.runs.config import RunConfig
+from headway.studies.verdict import Verdict
+
+if TYPE_CHECKING:  # torch loads with the first training or analysis, not with `headway --help`
+    import torch
+
+DONE = "done.json"  # written next to an ensemble's analysis tables when they are complete
+RUNS = "runs"  # a study's trained ensembles, under its output folder
+ANALYSIS = "analysis"  # its cached per-ensemble analysis tables
+
+
+def axis(help: str, option: str | None = None, words: dict[str, Any] | None = None,
+         parse: Callable[[str, str], Any] | None = None, was: str | None = None) -> dict[str, Any]:
+    """Field metadata making a plan field a `headway study` option: `option` is the option name
+    (default: the field name; use the run setting's name where the field sweeps one), `words` maps
+    special words to values (e.g. {"none": ()}), `parse(option, text)` parses one list item, and `was`
+    is an old spelling refused with a hint (default: the field name when `option` differs)."""
+    return {"help": help, "option": option, "words": words or {}, "parse": parse, "was": was}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a study trains and measures at one scale. Subclasses are frozen dataclasses whose
+    option fields carry `axis(...)` metadata; `runs()` lists every run of the plan."""
+
+    scale: str
+
+    def runs(self) -> list[RunConfig]:
+        """Every run of the plan."""
+        return [run for runs in self.grids().values() for run in runs]
+
+    def grids(self) -> dict[str, list[RunConfig]]:
+        """The plan's runs by grid name (one grid unless the study trains several)."""
+        raise NotImplementedError
+
+    def with_settings(self, **settings: Any) -> Self:
+        """A copy with flat run settings (e.g. steps) set in every grid; None leaves one as it is."""
+        raise NotImplementedError
+
+    def with_overrides(self, **values: Any) -> Self:
+        """A copy with the given fields replaced (None leaves a field as it is)."""
+        return dataclasses.replace(self, **{k: v for k, v in values.items() if v is not None})
+
+    def describe(self) -> list[str]:
+        """Lines about the plan beyond its grids, for `--dry-run`."""
+        return []
+
+
+@dataclass
+class StudyData:
+    """What a report is made from: the plan, the training metrics of its runs, the gathered analysis
+    tables, timings, hardware and the ensembles that hold the runs."""
+
+    plan: Plan
+    metrics: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    seconds: dict[str, float]
+    hardware: dict[str, str]
+    ensembles: list[str]
+
+
+class Study(ABC):
+    """One paper experiment end to end. Subclasses set the class attributes and implement the steps."""
+
+    name: ClassVar[str]  # `headway study NAME`
+    summary: ClassVar[str]  # one line for --help
+    doc: ClassVar[str] = ""  # its documentation page
+    plan_class: ClassVar[type[Plan]]
+    scales: ClassVar[tuple[str, ...]]  # named scales of `plan_for`; the first is the default
+    run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
+    tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name
+    version: ClassVar[int]  # bump when an analysis or rule changes, so cached tables are recomputed
+
+    def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True) -> None:
+        self.plan, self.out, self.device, self.progress = plan, Path(out), device, progress
+
+    # --- what a study defines -----------------------------------------------------------------
+
+    @classmethod
+    @abstractmethod
+    def plan_for(cls, scale: str) -> Plan:
+        """The plan of a named scale."""
+
+    @abstractmethod
+    def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+        """Every table of `tables` for the ensemble at `run_dir` (its `runs`), rows tagged with run_id
+        (see `tag`); artefacts other than tables may be written to `folder`."""
+
+    @abstractmethod
+    def summarise(self, data: StudyData) -> Any:
+        """The study's derived tables from the gathered data (what verdicts and the report read)."""
+
+    @staticmethod
+    @abstractmethod
+    def verdicts(tables: Any) -> list[Verdict]:
+        """The verdict on each claim, computed from the summarised tables alone."""
+
+    @abstractmethod
+    def report(self, data: StudyData, tables: Any, verdicts: list[Verdict]) -> Path:
+        """Write the outputs (figures, tables, summary.json, report.html) into `out`; return the report."""
+
+    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
+        """What an ensemble's cached analysis depends on; a different stamp analyses it again."""
+        return {"runs": [run.run_id for run in runs], "version": self.version}
+
+    def tag_columns(self, run: RunConfig) -> dict[str, Any]:
+        """Columns (besides run_id) added to every analysis row of `run`."""
+        return {}
+
+    # --- the shared driver ----------------------------------------------------------------------
+
+    def run(self) -> Path:
+        """Train, analyse, summarise, judge and report; everything already in `out` is reused."""
+        data = self.gather()
+        tables = self.summarise(data)
+        return self.report(data, tables, self.verdicts(tables))
+
+    def gather(self) -> StudyData:
+        """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached)
+        and gather the tables of those runs."""
+        from tqdm.auto import tqdm
+
+        from headway.runs.store import load_runs
+        from headway.train.sweep import resolve_device, train_runs
+
+        target = resolve_device(self.device)
+        runs = self.plan.runs()
+        started = time.perf_counter()
+        metrics = train_runs(runs, self.out / RUNS, device=str(target), progress=self.progress)
+        trained = time.perf_counter()
+        wanted = {run.run_id for run in runs}
+        ensembles = [d for d in layout.ensemble_dirs(self.out / RUNS) if {r.run_id for r in load_runs(d)} & wanted]
+        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
+        recorded = [0.0, 0.0]
+        for run_dir in tqdm(ensembles, desc="analysing", unit="ensemble", disable=not self.progress):
+            for name, frame in self.analysed(run_dir, target).items():
+                if len(frame):
+                    parts[name].append(frame[frame.run_id.isin(wanted)])
+            recorded = [a + b for a, b in zip(recorded, self._recorded_seconds(run_dir))]
+        gathered = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+                    for name, frames in parts.items()}
+        seconds = {"training_s": trained - started, "analysis_s": time.perf_counter() - trained,
+                   "training_recorded_s": recorded[0], "analysis_recorded_s": recorded[1]}
+        return StudyData(self.plan, metrics, gathered, seconds, hardware_description(target),
+                         [d.name for d in ensembles])
+
+    def analysed(self, run_dir: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+        """The analysis tables of one ensemble: read from its cache when the stamp matches, else
+        computed by `analyse` and written (tables first, done.json last)."""
+        from headway.runs.store import load_runs
+
+        folder = self.out / ANALYSIS / run_dir.name
+        runs = load_runs(run_dir)
+        stamp = self.analysis_stamp(runs)
+        done = folder / DONE
+        if done.is_file() and {k: v for k, v in layout.read_json(done).items() if k != "seconds"} == stamp:
+            return {name: pd.read_parquet(folder / f"{name}.parquet") for name in self.tables}
+        started = time.perf_counter()
+        folder.mkdir(parents=True, exist_ok=True)
+        tables = self.analyse(run_dir, runs, folder, device)
+        for name in self.tables:
+            tables[name].to_parquet(folder / f"{name}.parquet", index=False)
+        layout.write_json(done, {**stamp, "seconds": round(time.perf_counter() - started, 2)})
+        return tables
+
+    def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
+        """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the
+        study's tag columns and the instance's position in the whole ensemble."""
+        frame = frame.copy()
+        frame["run_id"] = [runs[members[i]].run_id for i in frame.instance]
+        for column in self.tag_columns(runs[members[0]]):
+            frame[column] = [self.tag_columns(runs[members[i]])[column] for i in frame.instance]
+        frame["instance"] = [members[i] for i in frame.instance]
+        return frame
+
+    def _recorded_seconds(self, run_dir: Path) -> tuple[float, float]:
+        """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
+        summary, done = run_dir / layout.SUMMARY, self.out / ANALYSIS / run_dir.name / DONE
+        train = layout.read_json(summary).get("seconds_this_session", 0.0) if summary.is_file() else 0.0
+        analyse = layout.read_json(done).get("seconds", 0.0) if done.is_file() else 0.0
+        return float(train), float(analyse)
+
+
+def by_task(runs: list[RunConfig]) -> dict[str, list[int]]:
+    """Instance indices grouped by task configuration (one group unless a grid mixed tasks)."""
+    groups: dict[str, list[int]] = {}
+    for index, run in enumerate(runs):
+        groups.setdefault(repr(run.task), []).append(index)
+    return groups
+
+
+def hardware_description(device: torch.device) -> dict[str, str]:
+    """What the study ran on, for the report (device name, CPU count, torch version)."""
+    import torch
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
+    return {"device": f"{device.type}: {name}", "cpu_count": str(os.cpu_count()),
+            "torch": torch.__version__, "python": platform.python_version()}

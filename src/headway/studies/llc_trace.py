@@ -1,0 +1,76 @@
+"""The LLC over training of chosen runs of a study: the local learning coefficient at saved
+checkpoints (whole model and restricted weight groups), written checkpoint by checkpoint so an
+interrupted trace resumes where it stopped. Any task; the sorting and modular studies use it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from headway.analysis.development import trace_steps
+from headway.analysis.llc import SGLDSettings, estimate_llc, weight_masks
+from headway.runs import layout
+from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.config import RunConfig
+from headway.runs.store import load_model
+from headway.train.objective import run_loss
+
+SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
+
+
+def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's training pool, shared by `n_instances` instances (a view, no copy), for SGLD."""
+    train = run.task.split(run.train.train_size, run.train.val_size, run.data_seed)[0]
+    tokens = torch.from_numpy(train.tokens).to(device)
+    targets = torch.from_numpy(train.targets).to(device)
+    return tokens.expand(n_instances, *tokens.shape), targets.expand(n_instances, *targets.shape)
+
+
+def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
+              count: int | None, device: torch.device | str, progress: bool, weights: str = "all",
+              tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None, stamp: dict | None = None) -> pd.DataFrame:
+    """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
+    ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
+    `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
+    columns (instance indexing `instances`), passed through `tag`. Each checkpoint is saved to `folder`
+    as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged."""
+    if not instances:
+        return pd.DataFrame()
+    first = runs[instances[0]]
+    if any(repr(runs[i].task) != repr(first.task) or runs[i].data_seed != first.data_seed for i in instances):
+        raise ValueError("the traced instances must share their task and data")
+    saved = checkpoint_steps(run_dir)
+    steps = saved if count is None else trace_steps(saved, count)
+    model = load_model(run_dir, instances, device=device)
+    pool_tokens, pool_targets = training_pool(first, len(instances), device)
+    masks = weight_masks(model, weights)
+    loss = run_loss(first.task, first.train.loss)
+    settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], **(stamp or {})}
+    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
+        for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
+            stale.unlink()
+    layout.write_json(folder / SETTINGS, settings)
+    frames = []
+    for step in tqdm(steps, desc="LLC over training", unit="checkpoint", disable=not progress):
+        path = folder / f"step_{step:07d}.parquet"
+        if path.is_file():
+            frames.append(pd.read_parquet(path))
+            continue
+        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
+        parts = []
+        for name, mask in masks.items():
+            result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask)
+            frame = result.to_frame()
+            frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
+            frame.insert(0, "weights", name)
+            frame.insert(0, "step", step)
+            parts.append(frame)
+        frame = pd.concat(parts, ignore_index=True)
+        frame = tag(frame) if tag else frame
+        frame.to_parquet(path, index=False)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,1 @@
+"""Prompted renderings of retrieval instances for language models (F1-F5) and their lm-eval export."""

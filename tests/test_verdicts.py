@@ -1,0 +1,203 @@
+"""Verdicts are pure functions of a study's tables: each claim's status on hand-made tables, with the
+evidence that names its numbers, and the Verdict type's own checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headway.analysis.development import Development
+from headway.analysis.statistics import fisher_exact
+from headway.errors import ConfigError
+from headway.report.html import Report
+from headway.studies.modular import verdicts as modular
+from headway.studies.modular.tables import ModularTables, run_steps
+from headway.studies.retrieval import verdicts as retrieval
+from headway.studies.sorting import verdicts as sorting
+from headway.studies.sorting.tables import SortingTables, gap_effect, mode_fractions
+from headway.studies.verdict import STATUSES, Verdict, verdict_callouts
+
+
+def test_a_verdict_has_a_known_status_and_evidence():
+    assert Verdict("claim", "partly reproduced", "2 of 3").to_dict() == {
+        "claim": "claim", "status": "partly reproduced", "evidence": "2 of 3"}
+    with pytest.raises(ConfigError, match="'partly' is unknown"):
+        Verdict("claim", "partly", "2 of 3")
+    with pytest.raises(ConfigError, match="evidence"):
+        Verdict("claim", "reproduced", "")
+    report = verdict_callouts(Report("t"), [Verdict("holds", "reproduced", "x"), Verdict("fails", "not reproduced", "y")],
+                              "intro")
+    html = report.render()
+    assert "Claims checked" in html and html.index("holds") < html.index("fails")
+    assert set(STATUSES) == {"reproduced", "partly reproduced", "not reproduced", "not testable"}
+
+
+# --- retrieval ----------------------------------------------------------------------------------
+
+def minimal(rows: list[tuple[int, float, int]]) -> pd.DataFrame:
+    """Minimum-depth rows (hops, measured or NaN, bound) of the plain IC task, one variant."""
+    return pd.DataFrame([{"part": "plain", "curriculum": "ic", "layout": "packed", "attention": "causal",
+                          "order": "shuffled", "hops": d, "measured_min_layers": m, "bound": b,
+                          "max_layers_trained": 3} for d, m, b in rows])
+
+
+def test_depth_law_is_reproduced_only_when_every_hop_count_agrees_with_the_bound():
+    assert retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2)])).status == "reproduced"
+    partly = retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2), (3, np.nan, 2)]))
+    assert partly.status == "partly reproduced" and "D=3: measured none ≤ 3, bound 2" in partly.evidence
+    assert retrieval.depth_law(minimal([(1, 1, 1), (3, 3, 2)])).status == "not reproduced"
+
+
+def test_the_curriculum_contrast_needs_both_curricula_and_fails_when_answer_only_solves():
+    cells = pd.DataFrame([{"part": "plain", "layout": "packed", "attention": "causal", "order": "shuffled", "hops": 2,
+                           "layers": 2, "curriculum": c, "accuracy": a} for c, a in (("ic", 0.99), ("none", 0.3))])
+    assert retrieval.curriculum_contrast(cells).status == "reproduced"
+    assert retrieval.curriculum_contrast(cells[cells.curriculum == "ic"]) is None
+    solved_without = cells.assign(accuracy=0.97)
+    assert retrieval.curriculum_contrast(solved_without).status == "not reproduced"
+
+
+def test_a_circuit_that_leaves_accuracy_above_baseline_does_not_carry_the_answer():
+    mechanism = pd.DataFrame({"solved": [True, True, False], "circuit_carries_answer": [True, False, False],
+                              "circuit_ablated_accuracy": [0.25, 0.6, 0.2], "max_other_head_drop": [0.0, 0.01, 0.0]})
+    verdict = retrieval.circuit_carries_answer(mechanism)
+    assert verdict.status == "partly reproduced" and verdict.evidence.startswith("50% of 2 solved runs")
+    assert retrieval.circuit_carries_answer(mechanism[~mechanism.solved]) is None
+
+
+def emergence(order: str, share: float, ties: int, hops: int = 2) -> pd.DataFrame:
+    return pd.DataFrame([{"hops": hops, "layers": 2, "seeds": 3, "most_common_order": order,
+                          "share_most_common": share, "tied_seeds": ties, "kendall_tau_mean": 1.0}])
+
+
+def test_emergence_order_verdicts():
+    assert retrieval.heads_emerge_in_order(emergence("L1 a → L2 b", 1.0, 0)).status == "reproduced"
+    assert retrieval.heads_emerge_in_order(emergence("L1 a → L2 b", 1.0, 2)).status == "partly reproduced"
+    assert retrieval.heads_emerge_in_order(emergence("L1 a → L2 b", 2 / 3, 0)).status == "not reproduced"
+    assert retrieval.heads_emerge_in_order(emergence("L1 a", 1.0, 0)).status == "not testable"
+    assert retrieval.hops_learned_in_order(emergence("hop 2 → hop 1", 1.0, 0)).status == "not reproduced"
+    assert retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).status == "reproduced"
+
+
+def test_reach_above_the_bound_refutes_theorem_1():
+    final = pd.DataFrame({"run_id": ["a"], "part": ["plain"], "curriculum": ["ic"]})
+    reach = pd.DataFrame({"run_id": ["a", "a"], "site": ["query", "query"], "layer": [1, 2], "reach": [1, 5],
+                          "bound_theorem": [1, 4]})
+    verdict = retrieval.reach_within_bound(final, reach)
+    assert verdict.status == "not reproduced" and verdict.evidence.startswith("1 of 2 (run, layer) pairs")
+    assert retrieval.reach_within_bound(final, reach.assign(reach=[1, 4])).status == "reproduced"
+
+
+# --- sorting ------------------------------------------------------------------------------------
+
+def sorting_final(modes: list[str], decays: list[float], data: list[str] | None = None,
+                  accuracy: float = 0.99) -> pd.DataFrame:
+    n = len(modes)
+    return pd.DataFrame({"run_id": [f"r{i}" for i in range(n)], "mode": modes, "weight_decay": decays,
+                         "data": data or ["uniform"] * n, "mean_gap": [4.5] * n, "seed": range(n),
+                         "val_accuracy": [accuracy] * n, "val_list_accuracy": [0.9] * n,
+                         "ar_token_accuracy": [0.98] * n, "suppress_fraction0": [0.0] * n})
+
+
+def test_sorting_claims_on_hand_made_models():
+    final = sorting_final(["splitting", "splitting", "overlapping", "other"], [0.005, 0.0, 0.0, 0.005])
+    tables = SortingTables(final=final, fractions=mode_fractions(final), gap_test=None, development=[],
+                           weight_decays=(0.005, 0.0), ablation=pd.DataFrame(), dla=pd.DataFrame())
+    found = {v.claim: v for v in sorting.verdicts(tables)}
+    assert found["Vocabulary-splitting appears with and without weight decay"].status == "reproduced"
+    simple = found["Heads settle into vocabulary-splitting or copy-suppression rather than overlapping ranges"]
+    assert simple.status == "not reproduced" and simple.evidence.startswith("50% of models")
+    assert found["A one-layer attention-only transformer learns to sort"].status == "reproduced"
+    assert not any("LLC" in claim for claim in found)  # nothing traced, no claim
+    only_decay = sorting_final(["splitting", "overlapping"], [0.005, 0.0])
+    assert sorting.splitting_with_and_without_decay(only_decay, (0.005, 0.0)).status == "not reproduced"
+    assert sorting.learns_to_sort(sorting_final(["other"], [0.0], accuracy=0.5)).status == "partly reproduced"
+
+
+def test_the_gap_test_is_fishers_exact_test_on_the_extreme_data_values():
+    assert fisher_exact(3, 0, 0, 3) == pytest.approx(0.1)  # 2 / C(6, 3)
+    assert fisher_exact(1, 1, 1, 1) == pytest.approx(1.0)
+    modes = ["splitting"] * 6 + ["overlapping"] * 6
+    data = ["gap 1"] * 6 + ["gap 3"] * 6
+    test = gap_effect(mode_fractions(sorting_final(modes, [0.0] * 12, data)))
+    assert test["change"] == 1.0 and test["p_value"] == pytest.approx(fisher_exact(6, 0, 0, 6))
+    assert sorting.gap_decides_mode(test).status == "reproduced"
+    mixed = ["splitting", "overlapping"] * 6
+    assert sorting.gap_decides_mode(gap_effect(mode_fractions(sorting_final(mixed, [0.0] * 12, data)))).status \
+        == "not reproduced"
+
+
+def development(run_id: str, falls: bool, peak_step: int = 100) -> Development:
+    empty = pd.DataFrame()
+    return Development(run_id, pd.DataFrame({"weight_decay": [1.0], "seed": [0]}), pd.DataFrame({"data": ["uniform"]}),
+                       empty, empty, peak_step, 50.0, 20.0 if falls else 50.0, falls, [])
+
+
+def test_llc_claim_counts_the_traced_runs_that_rise_then_fall():
+    final = sorting_final(["splitting"], [0.0])
+    tables = SortingTables(final=final, fractions=mode_fractions(final), gap_test=None,
+                           development=[development("a", True), development("b", False)], weight_decays=(0.0,),
+                           ablation=pd.DataFrame(), dla=pd.DataFrame())
+    assert sorting.llc_rises_then_falls(tables).status == "partly reproduced"
+
+
+# --- modular ------------------------------------------------------------------------------------
+
+def curves(run_id: str, wd: float, train: list[float], test: list[float]) -> pd.DataFrame:
+    steps = [0, 100, 200, 400, 800, 1600][: len(train)]
+    return pd.DataFrame({"run_id": run_id, "weight_decay": wd, "step": steps, "train_accuracy": train,
+                         "val_accuracy": test})
+
+
+def test_grokking_steps_need_a_delay_after_memorisation():
+    metrics = pd.concat([curves("grok", 1.0, [0.1, 1, 1, 1, 1, 1], [0.02, 0.03, 0.1, 0.5, 0.97, 0.99]),
+                         curves("together", 1.0, [0.1, 1, 1, 1, 1, 1], [0.02, 0.97, 0.98, 0.99, 0.99, 0.99]),
+                         curves("never", 0.0, [0.1, 1, 1, 1, 1, 1], [0.02, 0.03, 0.04, 0.05, 0.05, 0.06]),
+                         curves("spiky", 1.0, [0.1, 1, 0.9, 1, 1, 1], [0.02, 0.03, 0.1, 0.5, 0.97, 0.9])])
+    steps = run_steps(metrics).set_index("run_id")
+    assert steps.loc["spiky", "memorised_step"] == 100  # a dip after memorising does not move it
+    assert np.isnan(steps.loc["spiky", "generalised_step"])  # test accuracy must stay up to the end
+    assert steps.loc["grok", "memorised_step"] == 100 and steps.loc["grok", "generalised_step"] == 800
+    assert steps.loc["grok", "grokked"] and not steps.loc["together"].grokked and not steps.loc["never"].grokked
+    assert np.isnan(steps.loc["never", "generalised_step"])
+
+
+def modular_runs(**columns) -> pd.DataFrame:
+    base = {"run_id": ["a", "b"], "seed": [0, 1], "train_fraction": [0.4, 0.4], "weight_decay": [1.0, 0.0],
+            "memorised_step": [100.0, 100.0], "generalised_step": [800.0, np.nan], "grokked": [True, False],
+            "train_accuracy": [1.0, 1.0], "val_accuracy": [0.99, 0.1], "effective_frequencies": [3.0, 12.0],
+            "initial_effective_frequencies": [24.0, 24.0], "key_frequencies": ["4 9 17", "1 2 3 4 5 6 7 8"],
+            "key_logit_share": [0.8, 0.1], "logit_share_all": [0.9, 0.3]}
+    return pd.DataFrame({**base, **columns})
+
+
+def modular_tables(runs: pd.DataFrame, traced: list[Development] = ()) -> ModularTables:
+    return ModularTables(runs=runs, metrics=pd.DataFrame(), spectrum=pd.DataFrame(), fourier_curve=pd.DataFrame(),
+                         development=list(traced), weight_decays=(1.0, 0.0))
+
+
+def test_modular_claims_on_hand_made_runs():
+    found = {v.claim.split(":")[0]: v for v in modular.verdicts(modular_tables(modular_runs()))}
+    assert found["With weight decay the model groks"].status == "reproduced"
+    assert found["Without weight decay the model does not generalise (test accuracy ≥ 95%) within the same steps"
+                 ].status == "reproduced"
+    assert found["A grokked model's embedding uses a handful of key frequencies"].status == "reproduced"
+    assert found["A grokked model builds its logits from its key frequencies"].status == "reproduced"
+    dense = modular_runs(effective_frequencies=[15.0, 12.0], key_logit_share=[0.3, 0.1])
+    assert modular.fourier_sparsity(dense).status == "not reproduced"
+    assert modular.logits_from_keys(dense).status == "not reproduced"
+    generalises = modular_runs(generalised_step=[800.0, 900.0])
+    assert modular.decay_is_needed(generalises).status == "not reproduced"
+    nobody = modular_runs(grokked=[False, False])
+    assert modular.groks_with_decay(nobody).status == "not reproduced"
+    assert modular.fourier_sparsity(nobody).status == "not testable"
+
+
+def test_modular_llc_claim_needs_the_peak_by_the_grokking_step():
+    runs = modular_runs()
+    early = modular_tables(runs, [development("a", True, peak_step=400)])
+    late = modular_tables(runs, [development("a", True, peak_step=1600)])
+    assert modular.llc_falls_at_grokking(early).status == "reproduced"
+    assert modular.llc_falls_at_grokking(late).status == "not reproduced"
+    assert modular.llc_falls_at_grokking(modular_tables(runs, [development("b", True)])).status == "not testable"
