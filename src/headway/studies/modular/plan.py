@@ -1,0 +1,82 @@
+"""What the modular-addition study trains and measures at each scale: train fraction × weight decay ×
+seeds, one ensemble per train fraction, and the SGLD settings of its LLC trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from headway.analysis.llc import SGLDSettings
+from headway.errors import ConfigError
+from headway.runs.config import RunConfig
+from headway.settings import check_int, check_number
+from headway.studies.base import Plan, axis
+from headway.tasks.registry import scale_settings
+
+STUDY_SCALES = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class ModularPlan(Plan):
+    """The grid (train fractions × weight decays × seeds), the recipe and the analysis settings."""
+
+    train_fractions: tuple[float, ...] = field(metadata=axis("Shares of the p² pairs trained on, comma list.",
+                                                             "train_fraction"))
+    weight_decays: tuple[float, ...] = field(metadata=axis("Weight decay values, comma list (e.g. 1,0).",
+                                                           "weight_decay"))
+    seeds: tuple[int, ...] = field(metadata=axis("Seeds per cell (e.g. 0..3).", "seed"))
+    settings: dict[str, Any] = field(default_factory=dict)  # flat run settings over the task's recipe
+    sgld: SGLDSettings = field(default_factory=SGLDSettings)
+    development_seeds: tuple[int, ...] = field(default=(0,), metadata=axis(
+        "Seeds whose LLC is traced over training (every train fraction and weight decay).", "development_seed"))
+    llc_checkpoints: int | None = field(default=None, metadata=axis(
+        "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+
+    def __post_init__(self) -> None:
+        if not (self.train_fractions and self.weight_decays and self.seeds):
+            raise ConfigError("the modular grid needs at least one train fraction, weight decay and seed")
+        for value in self.weight_decays:
+            check_number("weight decay", value, 0.0)
+        for seed in (*self.seeds, *self.development_seeds):
+            check_int("seed", seed, 0)
+        if self.llc_checkpoints is not None:
+            check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        self.runs()  # every task and recipe setting is checked before anything trains
+
+    def grids(self) -> dict[str, list[RunConfig]]:
+        """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch
+        is its whole training set), as the recipe does."""
+        runs = []
+        for fraction in self.train_fractions:
+            full = RunConfig.from_flat({**self.settings, "train_fraction": fraction}).task.train_examples
+            runs += [RunConfig.from_flat({**self.settings, "train_fraction": fraction, "batch_size": full,
+                                          "weight_decay": wd, "seed": seed})
+                     for wd in self.weight_decays for seed in self.seeds]
+        return {"runs": runs}
+
+    def development_runs(self) -> list[RunConfig]:
+        """Runs whose LLC is traced over training."""
+        return [run for run in self.runs() if run.seed in self.development_seeds]
+
+    def with_settings(self, **settings: Any) -> ModularPlan:
+        """A copy with flat run settings (e.g. steps) over the recipe (None leaves one as it is)."""
+        return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
+
+    def describe(self) -> list[str]:
+        return [f"LLC traced over training for {len(self.development_runs())} of them"]
+
+
+def study_plan(scale: str) -> ModularPlan:
+    """The study at a named scale: `cpu` (minutes on 2 cores) or `gpu` (the paper's recipe)."""
+    if scale == "cpu":
+        sgld = SGLDSettings(lr=1e-4, nbeta=None, localization=100.0, chains=4, draws=100, burnin=50, batch_size=256,
+                            init_loss_batches=4)
+        return ModularPlan("cpu", train_fractions=(0.35,), weight_decays=(1.0, 0.0), seeds=(0, 1, 2),
+                           settings=scale_settings("cpu", "modular"), sgld=sgld, llc_checkpoints=12)
+    if scale == "gpu":
+        sgld = SGLDSettings(lr=1e-4, nbeta=None, localization=100.0, chains=8, draws=200, burnin=100, batch_size=512,
+                            init_loss_batches=8)
+        return ModularPlan("gpu", train_fractions=(0.3, 0.5), weight_decays=(1.0, 0.0), seeds=tuple(range(8)),
+                           settings=scale_settings("paper", "modular"), sgld=sgld, development_seeds=(0, 1),
+                           llc_checkpoints=24)
+    raise ConfigError(f"scale = {scale!r} is unknown; choose one of {', '.join(STUDY_SCALES)}")

@@ -1,0 +1,134 @@
+"""Modular addition: the task's finite split, its Fourier analysis on hand-made weights and logits,
+and a CPU-scale run that groks and ends with a handful of key frequencies."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from headway.cli.main import main
+from headway.errors import ConfigError
+from headway.model.config import ModelConfig
+from headway.model.transformer import EnsembleTransformer
+from headway.runs.config import RunConfig, expand_grid, group_runs
+from headway.runs.store import final_metrics, load_model
+from headway.studies.modular.tables import run_steps
+from headway.tasks.modular import ModularConfig
+from headway.tasks.modular.fourier import (
+    effective_frequencies,
+    embedding_spectrum,
+    frequencies,
+    key_frequencies,
+    logit_spectrum,
+    pair_logits,
+)
+from headway.tasks.registry import scale_settings
+from headway.train.sweep import train_runs
+
+
+def test_the_split_partitions_every_pair_by_the_train_fraction():
+    cfg = ModularConfig(modulus=11, train_fraction=0.3)
+    train, test = cfg.split(train_size=5, val_size=5, seed=4)  # the sizes do not apply to a finite set
+    assert len(train) == round(0.3 * 121) == cfg.train_examples and len(train) + len(test) == 121
+    pairs = {tuple(row) for row in np.concatenate([train.tokens, test.tokens])[:, :2].tolist()}
+    assert len(pairs) == 121
+    assert np.array_equal(train.targets[:, 0], (train.a + train.b) % 11) and (train.tokens[:, 2] == 11).all()
+    again, _ = cfg.split(1, 1, seed=4)
+    other, _ = cfg.split(1, 1, seed=5)
+    assert np.array_equal(again.tokens, train.tokens) and not np.array_equal(other.tokens, train.tokens)
+    assert cfg.records(test.subset(slice(0, 1)))[0]["answer"] == int(test.targets[0, 0])
+
+
+def test_task_shapes_and_refusals():
+    cfg = ModularConfig(modulus=7, train_fraction=0.5)
+    assert (cfg.n_ctx, cfg.d_vocab, cfg.vocab, cfg.d_out, cfg.n_targets) == (3, 8, 7, 7, 1)
+    with pytest.raises(ConfigError, match="train_fraction = 1"):
+        ModularConfig(train_fraction=1.0)
+    with pytest.raises(ConfigError, match="leaves no training or no test pair"):
+        ModularConfig(modulus=3, train_fraction=0.01)
+    with pytest.raises(ConfigError, match="modulus = 1"):
+        ModularConfig(modulus=1)
+
+
+def test_runs_with_different_train_sets_never_share_an_ensemble():
+    runs = expand_grid(scale_settings("cpu", "modular"), {"train_fraction": [0.3, 0.35], "weight_decay": [1.0, 0.0]})
+    assert sorted(len(members) for members in group_runs(runs).values()) == [2, 2]
+
+
+def rotation_embedding(p: int, k: int, d_model: int = 8) -> EnsembleTransformer:
+    """A one-instance model whose number embeddings are cos/sin of frequency k (plus nothing else)."""
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=d_model), p + 1, 3, p, [0])
+    x = np.arange(p)
+    with torch.no_grad():
+        model.embed.W_E.zero_()
+        model.embed.W_E[0, :p, 0] = torch.as_tensor(np.cos(2 * np.pi * k * x / p))
+        model.embed.W_E[0, :p, 1] = torch.as_tensor(np.sin(2 * np.pi * k * x / p))
+    return model
+
+
+def test_a_rotation_embedding_has_one_key_frequency_and_a_random_one_many():
+    shares = embedding_spectrum(rotation_embedding(13, 5), 13)
+    assert shares.shape == (1, 6) and shares[0, 4] == pytest.approx(1.0)
+    assert key_frequencies(shares) == [[5]] and effective_frequencies(shares)[0] == pytest.approx(1.0)
+    random = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=64), 60, 3, 59, [0, 1])
+    spread = embedding_spectrum(random, 59)
+    assert np.allclose(spread.sum(axis=1), 1.0)
+    assert (effective_frequencies(spread) > 20).all() and min(map(len, key_frequencies(spread))) > 15
+    with pytest.raises(ConfigError, match="odd modulus"):
+        frequencies(12)
+
+
+def test_logits_built_from_one_frequency_are_explained_by_it():
+    p, k = 11, 3
+    a, b, c = np.meshgrid(np.arange(p), np.arange(p), np.arange(p), indexing="ij")
+    logits = torch.as_tensor(np.cos(2 * np.pi * k * (a + b - c) / p) + 0.5 * np.sin(2 * np.pi * k * (a + b - c) / p))
+    shares = logit_spectrum(torch.stack([logits, torch.as_tensor(np.random.default_rng(0).normal(size=(p, p, p)))]))
+    assert shares[0, k - 1] == pytest.approx(1.0) and shares[0].sum() == pytest.approx(1.0)
+    assert shares[1].sum() < 0.05  # random logits: almost nothing along the (k, k, -k) directions
+
+
+def test_pair_logits_are_the_models_outputs_on_every_pair():
+    cfg = ModularConfig(modulus=5, train_fraction=0.5)
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=8), cfg.d_vocab, 3, 5, [0, 1])
+    logits = pair_logits(model, 5, chunk=7)
+    tokens = torch.as_tensor(cfg.all_pairs().tokens).unsqueeze(0).expand(2, -1, -1)
+    assert torch.allclose(logits.view(2, 25, 5).float(), model(tokens), atol=1e-6)
+
+
+def test_data_and_study_commands(tmp_path, capsys):
+    out = tmp_path / "pairs.jsonl"
+    assert main(["data", "modular", "--modulus", "7", "--count", "5", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["answer"] == (r["a"] + r["b"]) % 7 and r["tokens"] == [r["a"], r["b"], 7] for r in records)
+    assert main(["study", "modular", "--out", str(tmp_path / "s"), "--dry-run", "--seed", "0..3"]) == 0
+    assert "runs: 8 runs in 1 ensemble(s)" in capsys.readouterr().out
+    assert main(["study", "modular", "--out", str(tmp_path / "s"), "--dry-run", "--train-fraction", "1.5"]) == 2
+    assert "train_fraction = 1.5" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_cpu_scale_run_groks_with_weight_decay_and_finds_a_handful_of_frequencies(tmp_path):
+    """With weight decay: training accuracy 100% first, test ≥ 95% at least twice as late; the grokked
+    embedding holds most of its norm on a few frequencies, against a spread-out one at initialisation."""
+    runs = expand_grid(scale_settings("cpu", "modular"), {"weight_decay": [1.0], "seed": [0, 1]})
+    metrics = train_runs(runs, tmp_path, device="cpu", progress=False)
+    steps = run_steps(metrics).set_index("run_id")
+    final = final_metrics(metrics).set_index("run_id")
+    for run in runs:
+        row = steps.loc[run.run_id]
+        curve = metrics[metrics.run_id == run.run_id]
+        perfect = curve.step[curve.train_accuracy == 1.0].min()  # training accuracy first reaches 100%
+        assert final.loc[run.run_id, "val_accuracy"] >= 0.95 and row.generalised_step >= 2 * perfect, (perfect, row)
+        assert row.grokked, row
+    model = load_model(next(tmp_path.iterdir()), device="cpu")
+    shares = embedding_spectrum(model, 59)
+    keys = key_frequencies(shares)
+    assert all(1 <= len(k) <= 8 for k in keys), keys
+    start = EnsembleTransformer.from_seeds(RunConfig.from_flat(scale_settings("cpu", "modular")).model, 60, 3, 59,
+                                           [0, 1])
+    assert (effective_frequencies(shares) * 3 < effective_frequencies(embedding_spectrum(start, 59))).all()
+    logits = logit_spectrum(pair_logits(model, 59))
+    assert all(row[np.asarray(k) - 1].sum() > 0.5 for row, k in zip(logits, keys))
