@@ -133,7 +133,7 @@ def test_http_backend_agrees_with_in_process(hf, server):
 
 
 def test_cli_over_http_writes_the_report_and_resumes(server, tmp_path, capsys):
-    argv = ["llm-eval", "--backend", "http", "--base-url", server, "-f", "F1", "--max-hops", "1", "-n", "2",
+    argv = ["llm-eval", "--backend", "http", "--base-url", server, "-f", "F1", "--max-hops", "1", "--questions", "2",
             "--out", str(tmp_path / "run"), "--no-progress", "--timeout", "120"]
     assert main(argv) == 0
     first = capsys.readouterr()
@@ -146,7 +146,7 @@ def test_cli_over_http_writes_the_report_and_resumes(server, tmp_path, capsys):
 def test_unreachable_server_is_one_clear_line(tmp_path, capsys):
     port = free_port()
     argv = ["llm-eval", "--backend", "http", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m", "-f", "F1",
-            "--max-hops", "1", "-n", "1", "--out", str(tmp_path / "down"), "--retries", "1", "--no-progress"]
+            "--max-hops", "1", "--questions", "1", "--out", str(tmp_path / "down"), "--retries", "1", "--no-progress"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("headway: error:") and f"127.0.0.1:{port}" in err and "Traceback" not in err

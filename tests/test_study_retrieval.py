@@ -28,7 +28,7 @@ def test_depth_law_holds_on_the_small_grid(study):
     summary = json.loads((study / "summary.json").read_text())
     minimum = {row["hops"]: row["measured_min_layers"] for row in summary["minimum_depth"]}
     assert minimum == {1: 1, 2: 2}
-    verdicts = {v["claim"]: v["verdict"] for v in summary["verdicts"]}
+    verdicts = {v["claim"]: v["status"] for v in summary["verdicts"]}
     assert verdicts["The minimum depth is ⌈log₃(2D)⌉ (IC, plain task)"] == "reproduced"
 
 
@@ -85,7 +85,7 @@ def test_plans_refuse_bad_axes():
 
 
 def test_bad_study_option_is_one_line(tmp_path, capsys):
-    assert main(["study", "retrieval", "--out", str(tmp_path), "--layouts", "zigzag"]) == 2
+    assert main(["study", "retrieval", "--out", str(tmp_path), "--layout", "zigzag"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("headway: error:") and "zigzag" in err and len(err.splitlines()) == 1
 
@@ -94,7 +94,7 @@ def test_dry_run_prints_the_cost_and_trains_nothing(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "retrieval", "--scale", "paper", "--out", str(out), "--dry-run"]) == 0
     text = capsys.readouterr().out
-    assert "depth: 704 runs in 88 ensembles" in text and "conditional: 768 runs in 12 ensembles" in text
+    assert "depth: 704 runs in 88 ensemble(s)" in text and "conditional: 768 runs in 12 ensemble(s)" in text
     assert not out.exists()
     assert main(["study", "retrieval", "--out", str(out), "--hops", "1..5", "--vocab", "24", "--dry-run"]) == 0
-    assert "depth: 54 runs in 18 ensembles" in capsys.readouterr().out
+    assert "depth: 54 runs in 18 ensemble(s)" in capsys.readouterr().out
