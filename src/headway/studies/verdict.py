@@ -33,6 +33,13 @@ class Verdict:
         return dataclasses.asdict(self)
 
 
+def share_status(holds: Sequence[bool]) -> str:
+    """The status of a claim checked on several runs: reproduced when it holds for every one, partly
+    when for some, not reproduced when for none."""
+    holds = [bool(h) for h in holds]
+    return "reproduced" if all(holds) else "partly reproduced" if any(holds) else "not reproduced"
+
+
 def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str) -> Report:
     """Add a "Claims checked" section to `report`: `intro`, then one callout per verdict."""
     report.section("Claims checked")

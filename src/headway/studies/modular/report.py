@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from headway.analysis.stages import StageRule
 from headway.plots.development import plot_development, plot_sgld_traces
 from headway.plots.modular import plot_fourier_curves, plot_grokking, plot_spectra
+from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import StudyData
@@ -28,7 +28,6 @@ from headway.studies.modular.verdicts import LOGITS_EXPLAINED, SPARSER
 from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.modular.fourier import COVERAGE
 
-FIGURES = "figures"
 RUN_COLUMNS = ["train_fraction", "weight_decay", "seed", "train_accuracy", "val_accuracy", "memorised_step",
                "generalised_step", "delay", "grokked", "initial_effective_frequencies", "effective_frequencies",
                "key_frequencies", "key_embedding_share", "key_logit_share"]
@@ -36,10 +35,7 @@ RUN_COLUMNS = ["train_fraction", "weight_decay", "seed", "train_accuracy", "val_
 
 def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict], out: Path) -> Path:
     """Every output of the study into `out`; return the report's path."""
-    figures = out / FIGURES
-    figures.mkdir(parents=True, exist_ok=True)
-    for stale in figures.glob("*.png"):
-        stale.unlink()
+    figures = fresh_figures(out)
     tables.runs.to_csv(out / "results.csv", index=False)
     curve = data.tables["llc_curve"]
     if len(curve):
@@ -58,11 +54,6 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
     report.section("All runs").table(tables.runs[["run_id", *RUN_COLUMNS]], "Per run: accuracies, steps, Fourier measures.")
     layout.write_json(out / "summary.json", summary_json(data, tables, verdicts))
     return report.write(out / "report.html")
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
-    return path
 
 
 def _overview(report: Report, data: StudyData, tables: ModularTables) -> None:
@@ -85,7 +76,7 @@ def _overview(report: Report, data: StudyData, tables: ModularTables) -> None:
 
 def _grokking_section(report: Report, tables: ModularTables, figures: Path) -> None:
     section = report.section("Grokking")
-    section.figure(_save(plot_grokking(tables.metrics, tables.runs), figures / "grokking.png"),
+    section.figure(save_figure(plot_grokking(tables.metrics, tables.runs), figures / "grokking.png"),
                    "Training-set (solid) and test (dashed) accuracy of every run; dotted: its grokking step.")
     section.table(tables.runs[RUN_COLUMNS[:9]], f"Memorised: training-set accuracy first ≥ {MEMORISED:.0%}; "
                   f"generalised: test accuracy ≥ {GENERALISED:.0%} from that step on; grokked: both, the second "
@@ -110,9 +101,9 @@ def _fourier_section(report: Report, tables: ModularTables, figures: Path) -> No
         if len(rows):
             picks[rows.iloc[0].run_id] = f"{label}: {run_title(runs, rows.iloc[0].run_id)}"
     if picks:
-        section.figure(_save(plot_spectra(tables.spectrum, runs, picks), figures / "spectra.png"),
+        section.figure(save_figure(plot_spectra(tables.spectrum, runs, picks), figures / "spectra.png"),
                        "Embedding and logit spectra per frequency (dashed: a flat spectrum).")
-    section.figure(_save(plot_fourier_curves(tables.fourier_curve, runs), figures / "fourier_over_training.png"),
+    section.figure(save_figure(plot_fourier_curves(tables.fourier_curve, runs), figures / "fourier_over_training.png"),
                    "Effective number of embedding frequencies and the logits' share on the final key frequencies over "
                    "training; dotted: grokking steps.")
 
@@ -130,12 +121,12 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "Stage boundaries: red from LLC turning points, blue from the test loss's plateaus.")
     for traced in tables.development:
         title = run_title(tables.runs, traced.run_id)
-        section.figure(_save(plot_development(traced.loss, traced.llc, traced.boundaries, title),
+        section.figure(save_figure(plot_development(traced.loss, traced.llc, traced.boundaries, title),
                              figures / f"development_{traced.run_id}.png"), f"Test loss and LLC over training — {title}.")
         section.table(traced.stages, f"Stages by the LLC — {title}.")
         last = traced.llc[traced.llc.step == traced.llc.step.max()]
         if "loss_trace" in last.columns:
-            section.figure(_save(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
+            section.figure(save_figure(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
                                  figures / f"sgld_{traced.run_id}.png"),
                            f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         if traced.warnings:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headway.studies.modular.tables import DELAY, GENERALISED, LLC_FALL, MEMORISED, ModularTables, run_title
-from headway.studies.verdict import Verdict
+from headway.studies.verdict import Verdict, share_status
 
 SPARSER = 2.0  # a grokked embedding is spread over at most 1/SPARSER of the frequencies it had at step 0
 LOGITS_EXPLAINED = 0.5  # the key frequencies carry at least this share of the logits' variance
@@ -40,7 +40,7 @@ def groks_with_decay(runs: pd.DataFrame) -> Verdict | None:
     if decayed.empty:
         return None
     grokked = int(decayed.grokked.sum())
-    status = ("reproduced" if grokked == len(decayed) else "partly reproduced" if grokked else "not reproduced")
+    status = share_status(decayed.grokked)
     return Verdict(f"With weight decay the model groks: train accuracy reaches {MEMORISED:.0%} first, test accuracy "
                    f"reaches {GENERALISED:.0%} at least {DELAY:g}× later",
                    status, f"{grokked} of {len(decayed)} runs; " + "; ".join(_steps(r) for r in decayed.itertuples())
@@ -69,7 +69,7 @@ def fourier_sparsity(runs: pd.DataFrame) -> Verdict:
     parts = [f"seed {int(r.seed)} wd {r.weight_decay:g}: {r.effective_frequencies:.1f} effective frequencies "
              f"(initialisation {r.initial_effective_frequencies:.1f}), key frequencies {r.key_frequencies}"
              for r in grokked.itertuples()]
-    return Verdict(claim, "reproduced" if sparse.all() else "partly reproduced" if sparse.any() else "not reproduced",
+    return Verdict(claim, share_status(sparse),
                    f"{int(sparse.sum())} of {len(grokked)} grokked runs; " + "; ".join(parts) + ".")
 
 
@@ -80,7 +80,7 @@ def logits_from_keys(runs: pd.DataFrame) -> Verdict:
     if grokked.empty:
         return Verdict(claim, "not testable", "no run grokked.")
     explained = grokked.key_logit_share >= LOGITS_EXPLAINED
-    return Verdict(claim, "reproduced" if explained.all() else "partly reproduced" if explained.any() else "not reproduced",
+    return Verdict(claim, share_status(explained),
                    f"{int(explained.sum())} of {len(grokked)} grokked runs; share on the key frequencies "
                    f"{grokked.key_logit_share.min():.2f}–{grokked.key_logit_share.max():.2f} (all frequencies "
                    f"{grokked.logit_share_all.min():.2f}–{grokked.logit_share_all.max():.2f}).")
@@ -103,5 +103,5 @@ def llc_falls_at_grokking(tables: ModularTables) -> Verdict | None:
     if not grokked:
         return Verdict(claim, "not testable", "no traced run grokked; " + evidence)
     holds = [t.rises_then_falls and t.peak_step <= runs.loc[t.run_id].generalised_step for t in grokked]
-    return Verdict(claim, "reproduced" if all(holds) else "partly reproduced" if any(holds) else "not reproduced",
+    return Verdict(claim, share_status(holds),
                    f"{sum(holds)} of {len(grokked)} traced grokked runs; " + evidence)

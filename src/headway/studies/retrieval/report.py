@@ -9,24 +9,20 @@ import pandas as pd
 
 from headway.plots.depth import plot_depth
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
+from headway.report.figures import fresh_figures
 from headway.report.html import Report
 from headway.runs import layout
-from headway.studies.base import RUNS, StudyData, Verdict
+from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
 from headway.studies.retrieval.tables import FACETS, SOLVED, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
-from headway.studies.verdict import verdict_callouts
+from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
-
-FIGURES = "figures"
 
 
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:
     """Write every output of the study into `out` (its runs under `out/runs`); return the report's path."""
-    figures = out / FIGURES
-    figures.mkdir(parents=True, exist_ok=True)
-    for stale in figures.glob("*.png"):  # every figure is drawn again; none may outlive its section
-        stale.unlink()
+    figures = fresh_figures(out)
     tables.results.to_csv(out / "results.csv", index=False)
     tables.depth.to_csv(out / "depth_table.csv", index=False)
 

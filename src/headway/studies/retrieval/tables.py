@@ -13,8 +13,9 @@ import pandas as pd
 
 from headway.analysis.emergence import emergence_table, order_consistency
 from headway.runs.store import final_metrics, plain_value
-from headway.studies.base import StudyData, Verdict
+from headway.studies.base import StudyData
 from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.studies.verdict import Verdict
 from headway.tasks.retrieval.probes import probe_reach
 from headway.tasks.retrieval.roles import role_columns
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pandas as pd
 
-from headway.studies.base import Verdict
 from headway.studies.retrieval.tables import NEAR_BASELINE, OTHER_HEAD_LIMIT, SOLVED, RetrievalTables
+from headway.studies.verdict import Verdict, share_status
 
 VARIANTS = ("layout", "attention", "order")
 
@@ -65,7 +65,7 @@ def circuit_carries_answer(mechanism: pd.DataFrame) -> Verdict | None:
     share = solved.circuit_carries_answer.mean()
     return Verdict("The automatically named heads carry the answer (ablating them → baseline; any other single "
                    f"head < {OTHER_HEAD_LIMIT * 100:.0f} points)",
-                   "reproduced" if share == 1 else ("partly reproduced" if share > 0 else "not reproduced"),
+                   share_status(solved.circuit_carries_answer),
                    f"{share:.0%} of {len(solved)} solved runs; circuit-ablated accuracy "
                    f"{solved.circuit_ablated_accuracy.mean():.3f} (baseline + {NEAR_BASELINE} allowed), "
                    f"worst other head {solved.max_other_head_drop.max():.3f}.")

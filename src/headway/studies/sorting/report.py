@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from headway.analysis.stages import StageRule
 from headway.plots.circuits import plot_circuits, plot_diagonal_scores
 from headway.plots.development import plot_development, plot_sgld_traces
 from headway.plots.sorting import plot_ablation, plot_mode_fractions, plot_mode_map, plot_training
+from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import ANALYSIS, StudyData
@@ -22,15 +22,10 @@ from headway.studies.sorting.verdicts import training_text
 from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.sorting.modes import ModeThresholds, copy_sets
 
-FIGURES = "figures"
-
 
 def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict], out: Path) -> Path:
     """Every output of the study into `out`; return the report's path."""
-    figures = out / FIGURES
-    figures.mkdir(parents=True, exist_ok=True)
-    for stale in figures.glob("*.png"):
-        stale.unlink()
+    figures = fresh_figures(out)
     plan, final = data.plan, tables.final
     tables.final.to_csv(out / "results.csv", index=False)
     tables.fractions.to_csv(out / "mode_fractions.csv", index=False)
@@ -55,11 +50,6 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     return report.write(out / "report.html")
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=110)
-    return path
-
-
 def _overview(report: Report, data: StudyData, final: pd.DataFrame) -> None:
     plan, seconds = data.plan, data.seconds
     report.section("Overview").key_values({
@@ -75,7 +65,7 @@ def _overview(report: Report, data: StudyData, final: pd.DataFrame) -> None:
 
 def _training_section(report: Report, metrics: pd.DataFrame, final: pd.DataFrame, figures: Path) -> None:
     section = report.section("Training")
-    section.figure(_save(plot_training(metrics), figures / "training.png"),
+    section.figure(save_figure(plot_training(metrics), figures / "training.png"),
                    "Validation loss and per-token accuracy (teacher forced) of every run; dotted: 95%.")
     section.paragraph(training_text(final))
 
@@ -91,9 +81,9 @@ def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame,
         f"Copy-suppression: a suppressor whose QK circuit correlates ≥ {t.qk_similar:g} with a copier's; "
         f"splitting: ≥ 2 copiers whose copied sets overlap (Jaccard) ≤ {t.max_overlap:g} and together cover "
         f"≥ {t.min_coverage:.0%}; overlapping: ≥ 2 copiers otherwise; other: the rest.")
-    section.figure(_save(plot_mode_map(final, data_order), figures / "mode_map.png"),
+    section.figure(save_figure(plot_mode_map(final, data_order), figures / "mode_map.png"),
                    "The mode of every trained model: seeds (rows) × training data (columns), per weight decay.")
-    section.figure(_save(plot_mode_fractions(fractions), figures / "mode_fractions.png"),
+    section.figure(save_figure(plot_mode_fractions(fractions), figures / "mode_fractions.png"),
                    "Fraction of seeds (learned runs) in each mode against the measured mean gap δ̄.")
     section.table(fractions.pivot_table(index=["data", "mean_gap", "weight_decay"], columns="mode",
                                         values="count", fill_value=0).reset_index(),
@@ -124,10 +114,10 @@ def _circuits_section(report: Report, data: StudyData, out: Path, final: pd.Data
         arrays, i = index[row.run_id]
         title = f"{row.mode.replace('_', '-')}: {row.data}, wd {row.weight_decay:g}, seed {row.seed}"
         stem = f"circuits_{row.mode}"
-        section.figure(_save(plot_circuits(arrays["ov"][i], arrays["qk"][i], title), figures / f"{stem}.png"),
+        section.figure(save_figure(plot_circuits(arrays["ov"][i], arrays["qk"][i], title), figures / f"{stem}.png"),
                        f"OV and QK circuits per head — {title}.")
         copies, suppresses = copy_sets(arrays["scores"][i : i + 1], ModeThresholds())
-        section.figure(_save(plot_diagonal_scores(arrays["scores"][i], copies[0], suppresses[0], title),
+        section.figure(save_figure(plot_diagonal_scores(arrays["scores"][i], copies[0], suppresses[0], title),
                              figures / f"scores_{row.mode}.png"),
                        f"OV diagonal score per number and head — {title}.")
 
@@ -142,7 +132,7 @@ def _effects_section(report: Report, tables: SortingTables, final: pd.DataFrame,
     for row in _representatives(final).itertuples():
         frame = ablation[ablation.run_id == row.run_id]
         title = f"{row.mode.replace('_', '-')}: {row.data}, wd {row.weight_decay:g}, seed {row.seed}"
-        section.figure(_save(plot_ablation(frame, title), figures / f"ablation_{row.mode}.png"),
+        section.figure(save_figure(plot_ablation(frame, title), figures / f"ablation_{row.mode}.png"),
                        f"Change in loss and output entropy when each head is ablated — {title}.")
     summary = ablation[ablation.gap_bin == "all"].merge(final[["run_id", "mode"]], on="run_id")
     summary = summary[summary["head"] >= 0].groupby(["mode", "head", "ablation"])[
@@ -170,12 +160,12 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
         "blue from the loss curve's plateaus (rule in Methods).")
     for traced in tables.development:
         title, frame = run_title(traced), traced.llc
-        section.figure(_save(plot_development(traced.loss, frame, traced.boundaries, title),
+        section.figure(save_figure(plot_development(traced.loss, frame, traced.boundaries, title),
                              figures / f"development_{traced.run_id}.png"), f"Loss and LLC over training — {title}.")
         section.table(traced.stages, f"Stages by the LLC — {title}.")
         if "loss_trace" in frame.columns:
             last = frame[frame.step == frame.step.max()]
-            section.figure(_save(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
+            section.figure(save_figure(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
                                  figures / f"sgld_{traced.run_id}.png"),
                            f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         if traced.warnings:

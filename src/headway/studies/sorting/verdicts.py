@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headway.studies.sorting.tables import LEARNED, SortingTables, run_title
-from headway.studies.verdict import Verdict
+from headway.studies.verdict import Verdict, share_status
 from headway.tasks.sorting.modes import MODES
 
 SIGNIFICANT = 0.05  # Fisher's exact test level for "the data decide the mode"
@@ -74,6 +74,6 @@ def llc_rises_then_falls(tables: SortingTables) -> Verdict | None:
         return None
     falls = [traced.rises_then_falls for traced in tables.development]
     return Verdict("The LLC rises during initial learning and falls while the heads specialise",
-                   "reproduced" if all(falls) else ("partly reproduced" if any(falls) else "not reproduced"),
+                   share_status(falls),
                    "; ".join(f"{run_title(t)}: peak {t.peak:.1f} at step {t.peak_step}, final {t.final:.1f}"
                              for t in tables.development))
