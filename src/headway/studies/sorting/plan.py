@@ -57,6 +57,7 @@ class SortingPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        check_int("examples", self.examples, 1)
         self.runs()  # every task and recipe setting is checked before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:
