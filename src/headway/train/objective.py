@@ -6,9 +6,13 @@ returns both as [E, B, T*vocab], so the loss and accuracy code is shared."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from headway.tasks.base import Task
 
 
 def readout(model: torch.nn.Module, tokens: Tensor, positions: int = 1) -> Tensor:
@@ -60,7 +64,7 @@ def evaluate(model: torch.nn.Module, tokens: Tensor, targets: Tensor, vocab: int
     return loss_sum / n, hit_sum / n, all_sum / n
 
 
-def run_loss(task, loss: str):
+def run_loss(task: Task, loss: str) -> Callable[[torch.nn.Module, Tensor, Tensor], Tensor]:
     """The per-instance training loss of batches of `task` under loss kind `loss`, as
     `fn(model, tokens, targets) -> [E]` (what SGLD samples)."""
     def fn(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> Tensor:

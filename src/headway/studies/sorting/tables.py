@@ -12,6 +12,7 @@ import pandas as pd
 
 from headway.analysis.development import Development, development
 from headway.analysis.statistics import fisher_exact
+from headway.runs.store import final_metrics
 from headway.studies.base import StudyData
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.verdict import Verdict
@@ -49,7 +50,7 @@ def summarise(data: StudyData) -> SortingTables:
 
 def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per run: grid coordinates, measured δ̄, final accuracies, mode and its quantities, final LLC."""
-    last = metrics[metrics.step == metrics.groupby("run_id").step.transform("max")]
+    last = final_metrics(metrics)
     keep = ["run_id", "seed", "weight_decay", "val_loss", "val_accuracy", "val_list_accuracy"]
     final = tables["final"].merge(last[keep], on="run_id", how="left")
     llc = tables["llc_final"][["run_id", "llc_mean", "llc_std", "warnings"]].rename(
