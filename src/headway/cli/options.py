@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from headway.errors import ConfigError
+from headway.execution import EXECUTORS, Executor, make_executor
 from headway.tasks.retrieval.prompts.formulations import parse_formulations
 from headway.tasks.retrieval.prompts.questions import QuestionSet
 
@@ -122,3 +123,41 @@ def question_set(formulations: str, max_hops: int, questions: int, chains: int, 
     keys = tuple(f.key for f in parse_formulations(formulations))
     return QuestionSet(formulations=keys, max_hops=max_hops, questions=questions, chains=chains, options=n_options,
                        seed=seed)
+
+
+EXECUTOR_OPTIONS = ("executor", "ray_address", "ray_cpus", "ray_gpus", "ray_memory", "ray_retries")
+
+
+def executor_params() -> list[click.Option]:
+    """Where the ensembles run: `--executor local|ray` and the Ray task's address and resources."""
+    return [
+        click.Option(["--executor"], type=click.Choice(EXECUTORS), default="local", show_default=True,
+                     help="Run the ensembles here one after another, or as tasks on a Ray cluster (docs/cluster.md)."),
+        click.Option(["--ray-address"], default=None, metavar="HOST:PORT",
+                     help="Ray cluster to join (HOST:PORT, ray://HOST:PORT or auto); default: RAY_ADDRESS, else a "
+                          "Ray instance on this machine."),
+        click.Option(["--ray-cpus"], type=float, default=1.0, show_default=True,
+                     help="CPUs each ensemble task reserves (also its torch threads)."),
+        click.Option(["--ray-gpus"], type=float, default=None,
+                     help="GPUs each ensemble task reserves (fractions share a GPU) [default: 1 if the cluster has "
+                          "GPUs and the device may be one, else 0]."),
+        click.Option(["--ray-memory"], default=None, metavar="SIZE",
+                     help="Memory each ensemble task reserves, e.g. 4GiB [default: an estimate per ensemble]."),
+        click.Option(["--ray-retries"], type=int, default=3, show_default=True,
+                     help="Times a task is retried after its worker or node is lost (it resumes from its checkpoint)."),
+    ]
+
+
+def executor_options(func: Callable) -> Callable:
+    """Decorator adding the executor options (see `executor_params`)."""
+    params = getattr(func, "__click_params__", [])
+    params.extend(reversed(executor_params()))
+    func.__click_params__ = params
+    return func
+
+
+def pop_executor(values: dict[str, Any]) -> Executor:
+    """The executor the executor options in `values` describe (they are removed from `values`)."""
+    given = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
+    return make_executor(given["executor"], given["ray_address"], given["ray_cpus"], given["ray_gpus"],
+                         given["ray_memory"], given["ray_retries"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from headway.cli.options import option_flag, parse_value, parse_values, renamed_options
+from headway.cli.options import executor_params, option_flag, parse_value, parse_values, pop_executor, renamed_options
 from headway.settings import field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
@@ -62,6 +62,7 @@ def study_command(cls: type[Study]) -> click.Command:
     run_kinds = setting_types() | _run_types()
 
     def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, **given: str | None) -> None:
+        executor = pop_executor(given)
         plan = cls.plan_for(scale)
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
@@ -72,7 +73,8 @@ def study_command(cls: type[Study]) -> click.Command:
             _describe(plan)
             return
         click.echo(f"study {cls.name}, scale {scale}: {len(plan.runs())} runs into {out}", err=True)
-        report = cls(plan, out, device=device, progress=progress).run()
+        executor.prepare(device)
+        report = cls(plan, out, device=device, progress=progress, executor=executor).run()
         click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")
 
     params = [
@@ -81,6 +83,7 @@ def study_command(cls: type[Study]) -> click.Command:
         click.Option(["--out"], type=click.Path(file_okay=False, path_type=Path), required=True,
                      help="Study folder; re-running reuses trained runs and finished analyses."),
         click.Option(["--device"], default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …"),
+        *executor_params(),
     ]
     params += [click.Option([option_flag(name), name], default=None, metavar="V[,V…]",
                             help=f"{field.metadata['help']} [default: the scale's]") for name, field in fields.items()]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import parse_values, renamed_options, sweep_options
+from headway.cli.options import executor_options, parse_values, pop_executor, renamed_options, sweep_options
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import field_types
@@ -34,6 +34,7 @@ def _task_help() -> str:
                                             "docs/cli.md; default: its first, e.g. the paper's recipe).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
+@executor_options
 @sweep_options(SETTINGS, _help)
 @renamed_options({"--seeds": "--seed (a comma list or A..B sweeps it)"})
 def train(out: Path, task: str, scale: str | None, device: str, progress: bool, **settings: str | None) -> None:
@@ -42,16 +43,19 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     Example: headway train --scale cpu --layers 1,2 --hops 1,2 --seed 0..3 --out runs/depth
 
     Example: headway train --task sorting --scale cpu --weight-decay 0.005,0 --seed 0..3 --out runs/sort
+
+    Example: headway train --scale cpu --hops 1..4 --executor ray --ray-address 10.0.0.5:6379 --out /shared/runs
     """
     from headway.cli.show import summary_table
     from headway.runs.config import expand_grid
     from headway.runs.store import load_summary
-    from headway.train.sweep import resolve_device, train_runs
+    from headway.train.sweep import train_runs
 
-    resolve_device(device)
+    executor = pop_executor(settings)
+    executor.prepare(device)
     base = scale_settings(scale, task)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)
-    train_runs(runs, out, device=device, progress=progress)
+    train_runs(runs, out, device=device, progress=progress, executor=executor)
     click.echo(summary_table(load_summary(out)))

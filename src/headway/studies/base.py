@@ -14,6 +14,7 @@ without training anything.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import platform
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pandas as pd
 
+from headway.execution import Executor, Job, LocalExecutor
 from headway.runs import layout
 from headway.runs.config import RunConfig
 from headway.studies.verdict import Verdict
@@ -100,8 +102,10 @@ class Study(ABC):
     tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name
     version: ClassVar[int]  # bump when an analysis or rule changes, so cached tables are recomputed
 
-    def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True) -> None:
-        self.plan, self.out, self.device, self.progress = plan, Path(out), device, progress
+    def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True,
+                 executor: Executor | None = None) -> None:
+        self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
+        self.executor = executor or LocalExecutor()
 
     # --- what a study defines -----------------------------------------------------------------
 
@@ -145,24 +149,28 @@ class Study(ABC):
         return self.report(data, tables, self.verdicts(tables))
 
     def gather(self) -> StudyData:
-        """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached)
-        and gather the tables of those runs."""
-        from tqdm.auto import tqdm
-
+        """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached;
+        both by the study's executor) and gather the tables of those runs."""
         from headway.runs.store import load_runs
-        from headway.train.sweep import resolve_device, train_runs
+        from headway.train.sweep import train_runs
 
-        target = resolve_device(self.device)
         runs = self.plan.runs()
         started = time.perf_counter()
-        metrics = train_runs(runs, self.out / RUNS, device=str(target), progress=self.progress)
+        metrics = train_runs(runs, self.out / RUNS, device=self.device, progress=self.progress, executor=self.executor)
         trained = time.perf_counter()
         wanted = {run.run_id for run in runs}
         ensembles = [d for d in layout.ensemble_dirs(self.out / RUNS) if {r.run_id for r in load_runs(d)} & wanted]
+        job_device = self.executor.prepare(self.device)
+        job_progress = self.progress and self.executor.jobs_show_progress
+        jobs = [Job(d.name, analyse_ensemble, (self, d.resolve(), job_device, job_progress)) for d in ensembles]
+        self.executor.run(jobs, "analysing", self.out, job_device, self.progress)
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
         recorded = [0.0, 0.0]
-        for run_dir in tqdm(ensembles, desc="analysing", unit="ensemble", disable=not self.progress):
-            for name, frame in self.analysed(run_dir, target).items():
+        for run_dir in ensembles:
+            tables = self.cached(run_dir)
+            if tables is None:
+                raise RuntimeError(f"the analysis of {run_dir.name} ended without writing its tables")
+            for name, frame in tables.items():
                 if len(frame):
                     parts[name].append(frame[frame.run_id.isin(wanted)])
             recorded = [a + b for a, b in zip(recorded, self._recorded_seconds(run_dir))]
@@ -170,27 +178,41 @@ class Study(ABC):
                     for name, frames in parts.items()}
         seconds = {"training_s": trained - started, "analysis_s": time.perf_counter() - trained,
                    "training_recorded_s": recorded[0], "analysis_recorded_s": recorded[1]}
-        return StudyData(self.plan, metrics, gathered, seconds, hardware_description(target),
+        return StudyData(self.plan, metrics, gathered, seconds, hardware_description(self.device, self.executor),
                          [d.name for d in ensembles])
 
-    def analysed(self, run_dir: Path, device: torch.device) -> dict[str, pd.DataFrame]:
-        """The analysis tables of one ensemble: read from its cache when the stamp matches, else
-        computed by `analyse` and written (tables first, done.json last)."""
+    def analysed(self, run_dir: Path, device: torch.device) -> None:
+        """Analyse one ensemble unless its cache is current: `analyse`, then the tables, then done.json."""
         from headway.runs.store import load_runs
 
+        if self.is_cached(run_dir):
+            return
         folder = self.out / ANALYSIS / run_dir.name
         runs = load_runs(run_dir)
-        stamp = self.analysis_stamp(runs)
-        done = folder / DONE
-        if done.is_file() and {k: v for k, v in layout.read_json(done).items() if k != "seconds"} == stamp:
-            return {name: pd.read_parquet(folder / f"{name}.parquet") for name in self.tables}
         started = time.perf_counter()
         folder.mkdir(parents=True, exist_ok=True)
         tables = self.analyse(run_dir, runs, folder, device)
         for name in self.tables:
             tables[name].to_parquet(folder / f"{name}.parquet", index=False)
-        layout.write_json(done, {**stamp, "seconds": round(time.perf_counter() - started, 2)})
-        return tables
+        seconds = round(time.perf_counter() - started, 2)
+        layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
+
+    def is_cached(self, run_dir: Path) -> bool:
+        """Whether the analysis tables of one ensemble are cached under the current stamp."""
+        from headway.runs.store import load_runs
+
+        done = self.out / ANALYSIS / run_dir.name / DONE
+        if not done.is_file():
+            return False
+        stamp = {k: v for k, v in layout.read_json(done).items() if k != "seconds"}
+        return stamp == self.analysis_stamp(load_runs(run_dir))
+
+    def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:
+        """The analysis tables of one ensemble from its cache, or None when absent or stale."""
+        if not self.is_cached(run_dir):
+            return None
+        folder = self.out / ANALYSIS / run_dir.name
+        return {name: pd.read_parquet(folder / f"{name}.parquet") for name in self.tables}
 
     def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
         """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the
@@ -218,10 +240,27 @@ def by_task(runs: list[RunConfig]) -> dict[str, list[int]]:
     return groups
 
 
-def hardware_description(device: torch.device) -> dict[str, str]:
-    """What the study ran on, for the report (device name, CPU count, torch version)."""
+def hardware_description(device: str, executor: Executor) -> dict[str, str]:
+    """What the study ran on, for the report: the device (as resolved here; under Ray, as requested,
+    each worker resolving it), CPU count, torch and Python versions and the executor."""
     import torch
 
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine()
-    return {"device": f"{device.type}: {name}", "cpu_count": str(os.cpu_count()),
-            "torch": torch.__version__, "python": platform.python_version()}
+    from headway.execution.devices import resolve_device
+
+    if executor.name == "local":
+        target = resolve_device(device)
+        name = torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor()
+        device = f"{target.type}: {name or platform.machine()}"
+    else:
+        device = f"{device}, resolved by each worker"
+    return {"device": device, "cpu_count": str(os.cpu_count()), "torch": torch.__version__,
+            "python": platform.python_version(), **executor.describe()}
+
+
+def analyse_ensemble(study: Study, run_dir: Path, device: str, progress: bool) -> None:
+    """One ensemble's analysis job: `study.analysed` on `device` as the machine running it resolves it."""
+    from headway.execution.devices import resolve_device
+
+    study = copy.copy(study)
+    study.progress = progress
+    study.analysed(run_dir, resolve_device(device))

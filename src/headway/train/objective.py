@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from headway.recipe import EVAL_CHUNK
 from headway.tasks.base import Task
 
 
@@ -47,7 +48,7 @@ def target_hits(out: Tensor, targets: Tensor, vocab: int) -> Tensor:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, tokens: Tensor, targets: Tensor, vocab: int, kind: str,
-             chunk: int = 1024, positions: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+             chunk: int = EVAL_CHUNK, positions: int = 1) -> tuple[Tensor, Tensor, Tensor]:
     """Validation loss [E], per-target accuracy [E, T] and the fraction of examples with every
     target right [E] over a fixed set, in chunks."""
     n = tokens.shape[1]

@@ -5,48 +5,48 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from headway.errors import ConfigError
+from headway.execution import Executor, Job, LocalExecutor
+from headway.execution.devices import resolve_device
 from headway.runs import layout
 from headway.runs.config import RunConfig, group_runs
+from headway.runs.cost import training_memory
 from headway.runs.store import load_metrics, load_runs
 from headway.train.trainer import EnsembleTrainer
 
 
-def resolve_device(device: str) -> torch.device:
-    """`auto` picks the GPU when there is one, else the CPU; anything unusable is refused."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        target = torch.device(device)
-    except RuntimeError:
-        raise ConfigError(f"device = {device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device = {device!r} but no CUDA GPU is available here; use auto or cpu")
-    if target.type == "cuda" and (target.index or 0) >= torch.cuda.device_count():
-        raise ConfigError(f"device = {device!r} but this machine has {torch.cuda.device_count()} GPU(s); "
-                          f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}")
-    if target.type not in ("cpu", "cuda"):
-        raise ConfigError(f"device = {device!r} is not supported; use auto, cpu, cuda or cuda:N")
-    return target
+def train_ensemble(runs: list[RunConfig], run_dir: Path, device: str, progress: bool) -> None:
+    """One ensemble's job: train `runs` in `run_dir`, resuming from its latest state, on `device` as the
+    machine running it resolves it."""
+    EnsembleTrainer(runs, run_dir, resolve_device(device), progress).fit()
 
 
-def train_runs(runs: list[RunConfig], out: Path | str, device: str = "auto", progress: bool = True) -> pd.DataFrame:
+def training_jobs(runs: list[RunConfig], out: Path, device: str, progress: bool) -> list[Job]:
+    """The jobs that bring every run of `runs` to its last step under `out`: ensembles already there
+    and unfinished resume (finished ones are skipped); the other runs are packed into new ensembles."""
+    group_runs(runs)  # refuses a grid that repeats a run before anything is written
+    present = {run.run_id: d for d in (layout.ensemble_dirs(out) if out.is_dir() else []) for run in load_runs(d)}
+    ensembles = {run_dir: load_runs(run_dir) for run_dir in sorted({present[r.run_id] for r in runs
+                                                                    if r.run_id in present})
+                 if not (run_dir / layout.SUMMARY).is_file()}
+    new = group_runs([run for run in runs if run.run_id not in present])
+    ensembles |= {out / name: members for name, members in new.items()}
+    return [Job(run_dir.name, train_ensemble, (members, run_dir, device, progress), training_memory(members))
+            for run_dir, members in ensembles.items()]
+
+
+def train_runs(runs: list[RunConfig], out: Path | str, device: str = "auto", progress: bool = True,
+               executor: Executor | None = None) -> pd.DataFrame:
     """Train every run under `out` (one sub-directory per ensemble); return the metrics of `runs`.
 
     A run already in `out` is not trained again: finished, it is reused; unfinished, its ensemble
-    resumes. The remaining runs are packed into new ensembles by shape.
+    resumes. The remaining runs are packed into new ensembles by shape. `executor` runs the
+    ensembles (default: one after another in this process; see `headway.execution`).
     """
-    out = Path(out)
-    target = resolve_device(device)
-    group_runs(runs)  # refuses a grid that repeats a run before anything is written
-    present = {run.run_id: d for d in (layout.ensemble_dirs(out) if out.is_dir() else []) for run in load_runs(d)}
-    wanted = [run.run_id for run in runs]
-    for run_dir in sorted({present[i] for i in wanted if i in present}):
-        if not (run_dir / layout.SUMMARY).is_file():
-            EnsembleTrainer(load_runs(run_dir), run_dir, target, progress).fit()
-    for name, members in group_runs([r for r in runs if r.run_id not in present]).items():
-        EnsembleTrainer(members, out / name, target, progress).fit()
+    out, executor = Path(out), executor or LocalExecutor()
+    job_device = executor.prepare(device)
+    jobs = training_jobs(runs, out.resolve(), job_device, progress and executor.jobs_show_progress)
+    executor.run(jobs, "training", out, job_device, progress)
     metrics = load_metrics(out)
+    wanted = [run.run_id for run in runs]
     return metrics[metrics.run_id.isin(wanted)].reset_index(drop=True)

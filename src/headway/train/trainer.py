@@ -140,7 +140,7 @@ class EnsembleTrainer:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
         metrics = pd.DataFrame(rows)
-        self._write_summary(metrics, state, time.perf_counter() - started)
+        self._write_summary(metrics, state, time.perf_counter() - started, start)
         return metrics
 
     def setup(self) -> tuple[EnsembleData, EnsembleTransformer, EnsembleAdam, TrainerState]:
@@ -228,7 +228,7 @@ class EnsembleTrainer:
                           {"step": step, "optimizer_steps": optim.steps_taken}, metrics)
         metrics.to_parquet(self.run_dir / layout.METRICS, index=False)
 
-    def _write_summary(self, metrics: pd.DataFrame, state: TrainerState, seconds: float) -> None:
+    def _write_summary(self, metrics: pd.DataFrame, state: TrainerState, seconds: float, start: int) -> None:
         last = metrics[metrics.step == metrics.step.max()].set_index("instance")
         diverged = state.diverged_step.tolist()
         runs = []
@@ -238,4 +238,5 @@ class EnsembleTrainer:
             runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
-            "device": str(self.device), "seconds_this_session": round(seconds, 2), "runs": runs})
+            "device": str(self.device), "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
+            "runs": runs})

@@ -80,9 +80,10 @@ class SortingStudy(Study):
                      {"run_ids": ",".join(run.run_id for run in runs)})
         return out
 
-    def analysed(self, run_dir: Path, device: torch.device) -> dict[str, pd.DataFrame]:
+    def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:
         """The cached tables with the ensemble's name, which the report needs to find its circuits."""
-        return {name: frame.assign(ensemble=run_dir.name) for name, frame in super().analysed(run_dir, device).items()}
+        tables = super().cached(run_dir)
+        return None if tables is None else {name: frame.assign(ensemble=run_dir.name) for name, frame in tables.items()}
 
     def summarise(self, data: StudyData) -> SortingTables:
         from headway.studies.sorting.tables import summarise
