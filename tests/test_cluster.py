@@ -155,6 +155,16 @@ def test_a_lost_driver_is_resumed_by_the_same_command(reference, cluster, tmp_pa
 
 
 @pytest.mark.slow
+def test_without_an_address_ray_starts_on_this_machine_for_the_command(reference, tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    result = subprocess.run([HEADWAY, *SWEEP, "--out", str(tmp_path), "--executor", "ray"], capture_output=True,
+                            text=True, env=env, timeout=TIMEOUT_S)
+    assert result.returncode == 0, result.stderr
+    assert "2 of 2 ensemble(s) done on 1 node(s)" in result.stderr
+    assert_same_store(reference, tmp_path)
+
+
+@pytest.mark.slow
 def test_a_failing_ensemble_is_reported_by_name_while_the_others_finish(reference, cluster, tmp_path):
     broken = sorted(d.name for d in layout.ensemble_dirs(reference))[0]
     layout.write_json(tmp_path / broken / layout.CONFIG, {"runs": []})  # another sweep's directory, say
