@@ -59,7 +59,8 @@ class LocalExecutor(Executor):
     def run(self, jobs: list[Job], desc: str, store: Path, device: str, progress: bool = True) -> None:
         from tqdm.auto import tqdm
 
-        for job in tqdm(jobs, desc=desc, unit="ensemble", disable=not progress or len(jobs) < 2,
+        quiet = not progress or len(jobs) < 2
+        for job in tqdm(jobs, desc=desc, unit="ensemble", disable=True if quiet else None,  # None: on a terminal only
                         dynamic_ncols=True, leave=False):
             job.fn(*job.args)
 
