@@ -13,14 +13,21 @@ from dataclasses import asdict, fields
 from numbers import Integral, Real
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
+
 from headway.errors import ConfigError
 
 T = TypeVar("T", bound="Settings")
 
 
+def is_integer(value: Any) -> bool:
+    """Whether `value` is a whole number: a Python or numpy integer, not a boolean."""
+    return isinstance(value, Integral) and not isinstance(value, bool | np.bool_)
+
+
 def check_int(name: str, value: Any, minimum: int | None = None) -> int:
     """A whole number (numpy integers accepted, booleans refused), optionally >= minimum."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
+    if not is_integer(value):
         raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number"
                           + (f" >= {minimum}" if minimum is not None else ""))
     if minimum is not None and value < minimum:
@@ -50,8 +57,8 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
 
 
 def check_bool(name: str, value: Any) -> bool:
-    """True or False (numpy booleans accepted)."""
-    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+    """True or False (numpy booleans accepted, as a DataFrame row holds them)."""
+    if not isinstance(value, bool | np.bool_):
         raise ConfigError(f"{name} = {value!r} is not a boolean; use true or false")
     return bool(value)
 

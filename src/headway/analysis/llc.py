@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
-from headway.settings import Settings, check_int, check_number
+from headway.settings import Settings, check_int, check_number, is_integer
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
@@ -126,10 +126,10 @@ def head_mask(model: nn.Module, layer: int, head: int) -> Tensor:
     [:, head] (the output bias b_O is shared by all heads and left out)."""
     flat = model.flat
     layers = _layer_count(model)
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < layers:
+    if not is_integer(layer) or not 0 <= layer < layers:
         raise ConfigError(f"layer = {layer!r} is invalid; this model has layers 0..{layers - 1}")
     heads = flat.shapes[flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < heads:
+    if not is_integer(head) or not 0 <= head < heads:
         raise ConfigError(f"head = {head!r} is invalid; layer {layer} has heads 0..{heads - 1}")
     out = torch.zeros(flat.data.shape[1], dtype=flat.data.dtype, device=flat.data.device)
     for leaf in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O"):

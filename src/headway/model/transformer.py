@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
 from headway.model.hooks import Hook, HookDispatch, HookedModule, name_hook_points
+from headway.settings import is_integer
 
 INIT_STD = 0.02
 
@@ -270,7 +271,7 @@ class EnsembleTransformer(HookedModule):
             name = point
         else:
             layers = len(self.blocks)
-            if isinstance(layer, bool) or not isinstance(layer, int) or not -layers <= layer < layers:
+            if not is_integer(layer) or not -layers <= layer < layers:
                 raise KeyError(f"layer = {layer!r} is out of range; this model has layers 0..{layers - 1}")
             name = f"blocks.{layer % layers}.{point}"
         if name not in self._hook_set:

@@ -14,6 +14,7 @@ from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
+from headway.settings import is_integer
 
 
 def _ensembles(path: Path | str) -> list[Path]:
@@ -86,10 +87,24 @@ def plain_value(value):
     return None if isinstance(value, float) and math.isnan(value) else value
 
 
+def find_run(path: Path | str, run_id: str) -> tuple[Path, int]:
+    """(ensemble directory, instance) of the run `run_id` anywhere at `path` (a sweep or one ensemble)."""
+    for d in _ensembles(path):
+        ids = [run.run_id for run in load_runs(d)]
+        if run_id in ids:
+            return d, ids.index(run_id)
+    raise ConfigError(f"run_id {run_id!r} is not in {path}; `headway show {path}` lists its runs")
+
+
 def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None, step: int | None = None,
-               device: torch.device | str = "cpu") -> EnsembleTransformer:
+               device: torch.device | str = "cpu", run_id: str | None = None) -> EnsembleTransformer:
     """The weights saved at `step` (default: the last) of one ensemble directory, for all its
-    instances or a selection (an int gives a one-instance ensemble)."""
+    instances or a selection (an int, numpy ints included, gives a one-instance ensemble); or, with
+    `run_id`, the one-instance ensemble of that run, found anywhere under `run_dir` (a sweep)."""
+    if run_id is not None:
+        if instances is not None:
+            raise ConfigError("give instances or run_id, not both")
+        run_dir, instances = find_run(run_dir, run_id)
     run_dir = Path(run_dir)
     if not (run_dir / layout.CONFIG).is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {layout.CONFIG})")
@@ -101,11 +116,12 @@ def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None
     if step not in steps:
         raise ConfigError(f"no checkpoint at step {step} in {run_dir}; saved steps: {steps}")
     selection = list(range(len(runs))) if instances is None else (
-        [instances] if isinstance(instances, int) else list(instances))
-    bad = [i for i in selection if not 0 <= i < len(runs)]
+        [instances] if is_integer(instances) else list(instances))
+    bad = [i for i in selection if not is_integer(i) or not 0 <= i < len(runs)]
     if bad:
-        raise ConfigError(f"instance(s) {bad} out of range; this run directory has {len(runs)} instances")
+        raise ConfigError(f"instance(s) {[plain_value(i) for i in bad]} out of range; this run directory has "
+                          f"{len(runs)} instances")
     task, model_cfg = runs[0].task, runs[0].model
     model = EnsembleTransformer(model_cfg, task.d_vocab, task.n_ctx, task.d_out, len(selection), device)
-    model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), selection)
+    model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), [int(i) for i in selection])
     return model

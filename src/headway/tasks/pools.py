@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.settings import is_integer
 from headway.tasks.base import Batch, Task
 
 # Validation top-up rounds before concluding the task has too few distinct examples.
@@ -17,9 +18,9 @@ def make_pools(cfg: Task, train_size: int, val_size: int, seed: int) -> tuple[Ba
     """Train pool and a validation set (`cfg.draw(..., validation=True)`, e.g. full-depth queries)
     whose token rows never occur in the pool."""
     for name, size in (("train_size", train_size), ("val_size", val_size)):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+        if not is_integer(size) or size < 1:
             raise ConfigError(f"{name} = {size!r} is invalid; use a whole number >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_integer(seed) or seed < 0:
         raise ConfigError(f"seed = {seed!r} is invalid; use a whole number >= 0")
     train_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
     train = cfg.draw(int(train_size), np.random.default_rng(train_seq))

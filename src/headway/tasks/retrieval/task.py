@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.settings import check_bool, check_choice, check_int
+from headway.settings import check_bool, check_choice, check_int, is_integer
 from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
 from headway.tasks.retrieval.arrays import encode_rows, gather
@@ -205,7 +205,7 @@ def generate(
     cfg: RetrievalConfig, n: int, rng: np.random.Generator | int, *, mixture_hops: bool | None = None
 ) -> RetrievalBatch:
     """Draw n independent examples of cfg with explicit randomness (a Generator or an int seed)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+    if not is_integer(n) or n <= 0:
         raise ConfigError(f"n = {n!r} examples requested; use a whole number n >= 1")
     if mixture_hops is None:
         mixture_hops = cfg.curriculum == "mixture"

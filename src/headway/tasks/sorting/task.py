@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.settings import check_bool, check_choice, check_int, check_number
+from headway.settings import check_bool, check_choice, check_int, check_number, is_integer
 from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
 
@@ -155,7 +155,7 @@ class SortingBatch(ArrayBatch):
 
 def generate(cfg: SortingConfig, n: int, rng: np.random.Generator | int) -> SortingBatch:
     """Draw n independent examples of cfg with explicit randomness (a Generator or an int seed)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+    if not is_integer(n) or n <= 0:
         raise ConfigError(f"n = {n!r} examples requested; use a whole number n >= 1")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     lists = _draw_geometric(cfg, int(n), rng) if cfg.gaps == "geometric" else _draw_uniform(cfg, int(n), rng)

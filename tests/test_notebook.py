@@ -1,0 +1,76 @@
+"""What a notebook hands headway: values out of pandas rows (numpy scalars), and runs named by run_id."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_run
+
+import headway
+from headway.errors import ConfigError
+from headway.runs.config import RunConfig
+from headway.runs.store import final_metrics, find_run, load_metrics, load_model
+from headway.settings import check_bool, check_int
+from headway.train.sweep import train_runs
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """Two ensembles (1 and 2 layers, LayerNorm on and off) of two seeds each."""
+    out = tmp_path_factory.mktemp("sweep")
+    runs = [tiny_run(layers=layers, seed=seed, layernorm=layers == 1) for layers in (1, 2) for seed in (0, 1)]
+    train_runs(runs, out, device="cpu", progress=False)
+    return out
+
+
+def test_a_dataframe_row_rebuilds_its_run(sweep):
+    final = final_metrics(load_metrics(sweep))
+    keys = [key for key in RunConfig().flat() if final[key].notna().all()]
+    for i in range(len(final)):
+        values = {key: final[key].iloc[i] for key in keys}  # a column's values come back as numpy scalars
+        assert isinstance(values["layernorm"], np.bool_) and isinstance(values["layers"], np.integer)
+        assert RunConfig.from_flat(values).run_id == final.run_id.iloc[i]
+
+
+def test_a_model_loads_by_run_id_from_the_sweep_or_by_a_numpy_instance(sweep):
+    final = final_metrics(load_metrics(sweep))
+    tokens = torch.randint(0, 12, (1, 8, 3))
+    for i in range(len(final)):
+        instance, run_id, ensemble = final.instance.iloc[i], final.run_id.iloc[i], final.ensemble.iloc[i]
+        assert isinstance(instance, np.integer)
+        by_row = load_model(sweep / ensemble, instances=instance)
+        by_id = load_model(sweep, run_id=run_id)
+        assert by_id.n_instances == 1 and by_row.cfg == by_id.cfg
+        assert torch.equal(by_row(tokens), by_id(tokens))
+        assert find_run(sweep, run_id) == (sweep / ensemble, instance)
+    two = load_model(sweep / final.ensemble.iloc[0], instances=np.array([1, 0]))
+    assert two.n_instances == 2
+
+
+def test_bad_run_ids_and_instances_are_named(sweep):
+    with pytest.raises(ConfigError, match="run_id 'feedfacecafe' is not in .*; `headway show"):
+        load_model(sweep, run_id="feedfacecafe")
+    run_id = final_metrics(load_metrics(sweep)).run_id.iloc[0]
+    with pytest.raises(ConfigError, match="give instances or run_id, not both"):
+        load_model(sweep, instances=0, run_id=run_id)
+    ensemble = find_run(sweep, run_id)[0]
+    with pytest.raises(ConfigError, match=r"instance\(s\) \[True\] out of range"):
+        load_model(ensemble, instances=[np.True_])
+    with pytest.raises(ConfigError, match="instance.s. .5. out of range; this run directory has 2 instances"):
+        load_model(ensemble, instances=np.int64(5))
+
+
+def test_numpy_scalars_pass_the_setting_checks_and_booleans_stay_apart_from_integers():
+    assert check_bool("layernorm", np.False_) is False and check_bool("layernorm", np.True_) is True
+    assert check_int("layers", np.int32(3)) == 3 and type(check_int("layers", np.int64(3))) is int
+    with pytest.raises(ConfigError, match="layers = np.True_ is not an integer|layers = True is not an integer"):
+        check_int("layers", np.True_)
+    with pytest.raises(ConfigError, match="layernorm = np.int64.1. is not a boolean|layernorm = 1 is not a boolean"):
+        check_bool("layernorm", np.int64(1))
+
+
+def test_the_documented_top_level_names_import():
+    for name in ("train_runs", "load_metrics", "load_model", "scale_settings", "RunConfig", "expand_grid",
+                 "Study", "register_task", "ConfigError"):
+        assert getattr(headway, name) is not None
