@@ -138,3 +138,10 @@ def test_missing_figure_raises(tmp_path):
 def test_unknown_callout_kind_raises():
     with pytest.raises(ValueError, match="'danger'.*note, warning, ok"):
         Report("t").callout("hm", kind="danger")
+
+
+def test_wide_tables_scroll_inside_the_page_instead_of_widening_it():
+    df = pd.DataFrame({f"a_long_column_name_{i}": [1.0] for i in range(40)})
+    html = Report("t").table(df, "forty columns").key_values({"path": "x" * 300}).render()
+    assert html.count('<div class="wide"><table') == 2 and html.count("</table></div>") == 2
+    assert ".wide { overflow-x: auto; max-width: 100%; }" in html

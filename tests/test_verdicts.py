@@ -80,6 +80,13 @@ def test_emergence_order_verdicts():
     assert retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).status == "reproduced"
 
 
+def test_a_single_seed_says_why_its_order_agreement_is_undefined_instead_of_printing_nan():
+    one_seed = emergence("hop 1 → hop 2", 1.0, 0).assign(seeds=1, kendall_tau_mean=float("nan"))
+    evidence = retrieval.hops_learned_in_order(one_seed).evidence
+    assert "τ undefined (no two seeds with two units emerged at distinct steps" in evidence and "nan" not in evidence
+    assert "τ mean 1.00" in retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).evidence
+
+
 def test_reach_above_the_bound_refutes_theorem_1():
     final = pd.DataFrame({"run_id": ["a"], "part": ["plain"], "curriculum": ["ic"]})
     reach = pd.DataFrame({"run_id": ["a", "a"], "site": ["query", "query"], "layer": [1, 2], "reach": [1, 5],

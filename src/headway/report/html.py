@@ -17,7 +17,9 @@ _MISSING = "–"
 
 _STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; line-height: 1.55;
-       color: #1f2328; background: #fff; max-width: 1000px; margin: 2rem auto; padding: 0 1.25rem; }
+       color: #1f2328; background: #fff; max-width: 1000px; margin: 2rem auto; padding: 0 1.25rem;
+       overflow-wrap: break-word; }
+.wide { overflow-x: auto; max-width: 100%; }
 h1 { font-size: 1.9rem; margin-bottom: 0.2rem; }
 h2 { font-size: 1.35rem; margin-top: 2.2rem; padding-bottom: 0.2rem; border-bottom: 1px solid #d0d7de; }
 .subtitle { color: #57606a; font-size: 1.1rem; margin-top: 0; }
@@ -174,7 +176,7 @@ class Report:
         self._table_count += 1
         head = "".join(f"<th>{escape(str(column))}</th>" for column in df.columns)
         lines = [
-            "<table>",
+            '<div class="wide"><table>',
             f"  <caption><strong>Table {self._table_count}.</strong> {_inline(caption)}</caption>",
             f"  <thead><tr>{head}</tr></thead>",
             "  <tbody>",
@@ -183,7 +185,7 @@ class Report:
             cells = (_format_cell(value, float_format) for value in row)
             tds = "".join(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>" for text, numeric in cells)
             lines.append(f"    <tr>{tds}</tr>")
-        lines += ["  </tbody>", "</table>"]
+        lines += ["  </tbody>", "</table></div>"]
         left_out = len(df) - max_rows
         if left_out > 0:
             lines.append(f'<p class="truncated">Showing the first {max_rows} of {len(df)} rows; '
@@ -193,14 +195,14 @@ class Report:
 
     def key_values(self, pairs: dict[str, object], caption: str | None = None) -> Self:
         """A two-column table of names and values, for settings, hardware and timings."""
-        lines = ['<table class="kv">']
+        lines = ['<div class="wide"><table class="kv">']
         if caption:
             lines.append(f"  <caption>{_inline(caption)}</caption>")
         lines.append("  <tbody>")
         for key, value in pairs.items():
             text, _ = _format_cell(value, "{:.6g}")
             lines.append(f"    <tr><th>{escape(str(key))}</th><td>{text}</td></tr>")
-        lines += ["  </tbody>", "</table>"]
+        lines += ["  </tbody>", "</table></div>"]
         self._blocks.append("\n".join(lines))
         return self
 

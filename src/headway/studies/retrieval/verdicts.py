@@ -102,8 +102,10 @@ def order_verdict(claim: str, cells: pd.DataFrame, expected: Callable[[Any], str
         wrong = expected is not None and cell.most_common_order != expected(cell)
         disagree |= cell.share_most_common < 1 or wrong
         tied |= cell.tied_seeds > 0
+        tau = (f"τ mean {cell.kendall_tau_mean:.2f}" if pd.notna(cell.kendall_tau_mean)
+               else "τ undefined (no two seeds with two units emerged at distinct steps to compare)")
         parts.append(f"D={cell.hops}, {cell.layers} layers: {cell.most_common_order} in {cell.share_most_common:.0%} "
-                     f"of {cell.seeds} seeds, {cell.tied_seeds} with ties, τ mean {cell.kendall_tau_mean:.2f}")
+                     f"of {cell.seeds} seeds, {cell.tied_seeds} with ties, {tau}")
     status = "not reproduced" if disagree else "partly reproduced" if tied else "reproduced"
     evidence = "; ".join(parts) + ("." if not tied else ". Ties: two units emerged at the same checkpoint, so "
                                    "their order is not resolved at this checkpoint spacing.")
