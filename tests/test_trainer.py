@@ -121,6 +121,27 @@ def test_sigkilled_run_resumes_to_identical_weights_and_metrics(tmp_path):
     pd.testing.assert_frame_equal(pd.read_parquet(a / layout.METRICS), pd.read_parquet(b / layout.METRICS))
 
 
+def test_a_second_process_on_an_ensemble_being_trained_is_refused_naming_the_first(tmp_path, capsys):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(_train_cmd(tmp_path), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not list(tmp_path.glob(f"*/{layout.RESUME}/{layout.LATEST}")) and time.time() < deadline:
+            time.sleep(0.02)
+        (run_dir,) = layout.ensemble_dirs(tmp_path)
+        metrics_before = (run_dir / layout.METRICS).stat().st_mtime_ns if (run_dir / layout.METRICS).exists() else 0
+        from headway.cli.main import main
+        assert main(_train_cmd(tmp_path)[3:]) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("headway:")]
+        assert len(err) == 1 and f"is being trained by pid {first.pid} on " in err[0]
+        assert first.poll() is None, "the first process must still be training when the second is refused"
+        assert not (run_dir / layout.SUMMARY).exists()
+    finally:
+        first.wait(timeout=300)
+    assert first.returncode == 0 and (run_dir / layout.METRICS).stat().st_mtime_ns >= metrics_before
+    assert main(_train_cmd(tmp_path)[3:]) == 0  # the lock went with its process
+
+
 def test_gradient_clipping_is_per_instance(tmp_path):
     runs = [tiny_run(seed=s, grad_clip=1e-3) for s in (0, 1)]
     trainer = EnsembleTrainer(runs, tmp_path, progress=False)

@@ -94,7 +94,12 @@ class EnsembleTrainer:
         self._reported: set[int] = set()
 
     def fit(self) -> pd.DataFrame:
-        """Train to the last step (resuming from the latest saved state) and return the metrics."""
+        """Train to the last step (resuming from the latest saved state) and return the metrics; refused
+        while another process trains the same directory."""
+        with layout.locked(self.run_dir):
+            return self._fit()
+
+    def _fit(self) -> pd.DataFrame:
         cfg = self.cfg
         config = {"runs": [r.stored() for r in self.runs]}
         config_path = self.run_dir / layout.CONFIG
