@@ -38,7 +38,7 @@ class Executor(ABC):
 
     @abstractmethod
     def run(self, jobs: list[Job], desc: str, store: Path, device: str, progress: bool = True) -> None:
-        """Run every job (their results go under `store`, on `device` as `job_device` gave it); return
+        """Run every job (their results go under `store`, on `device` as `prepare` gave it); return
         when all have finished, raise if any failed."""
 
     def describe(self) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -53,12 +54,13 @@ class LoopbackCluster:
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self.stop()  # the nodes' logs stay in temp_dir, which the error names
             raise
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def start(self) -> None:
         """Start the head, wait for its port, then the other nodes, and wait until all have joined."""
