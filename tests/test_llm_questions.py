@@ -124,6 +124,9 @@ def test_jsonl_round_trip_and_harness_export(questions, tmp_path):
     assert all(r["formulation"] == "F1" and r["hops"] == 1 for r in rows) and rows
     top = next(t for t in tasks if t.get("group") == "headway_retrieval")
     assert "headway_retrieval_f5_relatives" in top["task"]
+    for group in (t for t in tasks if "group" in t):  # every group reports both metrics over its questions
+        assert [(m["metric"], m["weight_by_size"]) for m in group["aggregate_metric_list"]] == [
+            ("acc", True), ("acc_norm", True)]
 
 
 def test_bad_settings_are_named():

@@ -2,7 +2,9 @@
 (formulation, hops), and one group YAML per formulation.
 
 Tasks are `multiple_choice`: each option is scored by log-likelihood after the prompt and a space
-(`acc`, `acc_norm`), exactly as `headway llm-eval` scores them. Data paths in the YAML files are
+(`acc`, `acc_norm`), exactly as `headway llm-eval` scores them. Every group (one per formulation, and
+`headway_retrieval` over all) reports both metrics aggregated over its questions, each question counting
+once (`weight_by_size`; the cells are equal in size, so this is also the mean of the cells). Data paths in the YAML files are
 absolute, because lm-eval resolves relative paths against its working directory; re-export after
 moving the folder. Run with `lm_eval --include_path DIR --tasks headway_retrieval ...`.
 """
@@ -17,6 +19,7 @@ from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 from headway.tasks.retrieval.prompts.questions import Question, by_cell, write_questions
 
 GROUP = "headway_retrieval"
+METRICS = ("acc", "acc_norm")
 
 
 def task_name(formulation: str, hops: int | None = None) -> str:
@@ -58,13 +61,17 @@ def task_yaml(formulation: str, hops: int, data_file: Path) -> str:
         "doc_to_choice": "choices",
         "doc_to_target": "answer_index",
         "target_delimiter": " ",
-        "metric_list": [
-            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
-            {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
-        ],
+        "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in METRICS],
         "metadata": {"version": 1.0},
     }
     return _yaml(spec) + "\n"
+
+
+def group_yaml(group: str, tasks: Sequence[str]) -> str:
+    """A group YAML over `tasks` (tasks or groups) that reports acc and acc_norm over all their questions."""
+    aggregate = [{"metric": m, "aggregation": "mean", "weight_by_size": True} for m in METRICS]
+    return _yaml({"group": group, "task": list(tasks), "aggregate_metric_list": aggregate,
+                  "metadata": {"version": 1.0}}) + "\n"
 
 
 def write_harness(out: str | Path, questions: Sequence[Question]) -> list[Path]:
@@ -81,9 +88,9 @@ def write_harness(out: str | Path, questions: Sequence[Question]) -> list[Path]:
         tasks_by_form.setdefault(formulation, []).append(task_name(formulation, hops))
     for formulation, tasks in tasks_by_form.items():
         group_file = out / f"{task_name(formulation)}.yaml"
-        group_file.write_text(_yaml({"group": task_name(formulation), "task": tasks}) + "\n", encoding="utf-8")
+        group_file.write_text(group_yaml(task_name(formulation), tasks), encoding="utf-8")
         written.append(group_file)
     top = out / f"{GROUP}.yaml"
-    top.write_text(_yaml({"group": GROUP, "task": [task_name(f) for f in tasks_by_form]}) + "\n", encoding="utf-8")
+    top.write_text(group_yaml(GROUP, [task_name(f) for f in tasks_by_form]), encoding="utf-8")
     written.append(top)
     return written
