@@ -26,11 +26,24 @@ def sweep(tmp_path_factory):
 
 def test_a_dataframe_row_rebuilds_its_run(sweep):
     final = final_metrics(load_metrics(sweep))
-    keys = [key for key in RunConfig().flat() if final[key].notna().all()]
+    keys = list(RunConfig().flat())
+    assert final[keys].notna().all().all(), "a config column holds None"
+    assert (final.d_head == final.d_model // final.heads).all() and (final.d_mlp == 4 * final.d_model).all()
+    assert len(final.groupby(keys).size()) == len(final)  # no row dropped for a missing key
     for i in range(len(final)):
         values = {key: final[key].iloc[i] for key in keys}  # a column's values come back as numpy scalars
         assert isinstance(values["layernorm"], np.bool_) and isinstance(values["layers"], np.integer)
         assert RunConfig.from_flat(values).run_id == final.run_id.iloc[i]
+
+
+def test_a_default_width_written_out_is_the_same_run():
+    implicit, explicit = tiny_run(), tiny_run(d_head=tiny_run().model.d_model // tiny_run().model.heads)
+    assert explicit.run_id == implicit.run_id and explicit.stored()["d_head"] is None
+    assert tiny_run(d_mlp=0).stored()["d_mlp"] == 0 and tiny_run(d_mlp=0).run_id != implicit.run_id
+    odd = tiny_run(d_model=30, heads=4, d_head=7)  # heads do not divide d_model: no default to match
+    assert odd.model.d_head == 7 and odd.stored()["d_head"] == 7
+    with pytest.raises(ConfigError, match="d_model = 30 is not divisible by heads = 4"):
+        tiny_run(d_model=30, heads=4)
 
 
 def test_a_model_loads_by_run_id_from_the_sweep_or_by_a_numpy_instance(sweep):

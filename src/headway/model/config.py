@@ -13,13 +13,17 @@ ATTENTION_KINDS = ("causal", "bidirectional")
 
 @dataclass(frozen=True)
 class ModelConfig(Settings):
-    """GPT-2-style decoder shape; `d_mlp=0` makes it attention-only."""
+    """GPT-2-style decoder shape; `d_mlp=0` makes it attention-only.
+
+    `d_head` and `d_mlp` may be given as None (their defaults) but always hold the resolved width, so a
+    table of configs never has None in them; `stored_dict` writes a width equal to its default as None,
+    so a run's id does not depend on whether its default width was written out."""
 
     layers: int = 2
     heads: int = 8
     d_model: int = 128
-    d_head: int | None = None  # default d_model // heads
-    d_mlp: int | None = None  # default 4 * d_model; 0 = attention-only
+    d_head: int | None = None  # None: d_model // heads (resolved on construction)
+    d_mlp: int | None = None  # None: 4 * d_model (resolved on construction); 0 = attention-only
     layernorm: bool = True
     attention: str = "causal"
     init_scale: float = 1.0  # multiplies the N(0, 0.02) initial weight matrices (docs/decisions.md)
@@ -42,13 +46,29 @@ class ModelConfig(Settings):
                 f"d_model = {self.d_model} is not divisible by heads = {self.heads}; "
                 "choose heads dividing d_model or set d_head"
             )
+        self.normalise(d_head=self.default_head_dim if self.d_head is None else self.d_head,
+                       d_mlp=4 * self.d_model if self.d_mlp is None else self.d_mlp)
+
+    @property
+    def default_head_dim(self) -> int | None:
+        """d_model // heads where heads divide d_model, else None (d_head must then be given)."""
+        return None if self.d_model % self.heads else self.d_model // self.heads
 
     @property
     def head_dim(self) -> int:
         """Width of one head's query/key/value space."""
-        return self.d_head if self.d_head is not None else self.d_model // self.heads
+        return self.d_head
 
     @property
     def mlp_dim(self) -> int:
         """Hidden width of the MLP (0 when attention-only)."""
-        return 4 * self.d_model if self.d_mlp is None else self.d_mlp
+        return self.d_mlp
+
+    def stored_dict(self) -> dict[str, Any]:
+        """The settings that identify a run, with a default width written as None."""
+        out = super().stored_dict()
+        if self.d_head == self.default_head_dim:
+            out["d_head"] = None
+        if self.d_mlp == 4 * self.d_model:
+            out["d_mlp"] = None
+        return out
