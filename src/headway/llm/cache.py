@@ -1,7 +1,8 @@
 """An on-disk cache of backend answers, so an interrupted evaluation resumes without asking the model again.
 
 Answers are keyed by the backend's `kind` and `model_id`, the method and the request itself, and
-stored as JSON in one SQLite file. `CachedBackend` writes each chunk of answers as soon as the
+stored as JSON in one SQLite file, each with a checksum of its key and value, so that a damaged file
+is refused, naming it, rather than read as other answers. `CachedBackend` writes each chunk of answers as soon as the
 inner backend returns it, so stopping a run (Ctrl-C, a crash, a lost server) loses at most one chunk.
 """
 
@@ -21,6 +22,24 @@ from headway.settings import check_int
 
 # SQLite limits the number of `?` parameters in one statement (999 in older builds).
 _KEYS_PER_QUERY = 500
+
+
+def _checksum(key: str, text: str) -> str:
+    return hashlib.blake2b(f"{key}={text}".encode("utf-8"), digest_size=8).hexdigest()
+
+
+def _decode(path: Path, key: str, stored: str) -> Any:
+    """The value of a stored row, its checksum verified (rows written before checksums are read as is)."""
+    try:
+        row = json.loads(stored)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        row = None
+    if isinstance(row, dict) and row.keys() == {"value", "check"}:
+        if row["check"] == _checksum(key, json.dumps(row["value"])):
+            return row["value"]
+    elif row is not None:
+        return row
+    raise ConfigError(f"{path} is damaged (an answer does not match its checksum); delete it to ask the model again")
 
 
 def request_key(kind: str, model_id: str, method: str, payload: Mapping[str, Any]) -> str:
@@ -61,13 +80,17 @@ class ResponseCache:
             for start in range(0, len(wanted), _KEYS_PER_QUERY):
                 part = wanted[start:start + _KEYS_PER_QUERY]
                 marks = ",".join("?" * len(part))
-                rows = self._db.execute(f"SELECT key, value FROM responses WHERE key IN ({marks})", part)
-                found.update((key, json.loads(value)) for key, value in rows)
+                try:
+                    rows = self._db.execute(f"SELECT key, value FROM responses WHERE key IN ({marks})", part).fetchall()
+                except sqlite3.DatabaseError as error:
+                    raise ConfigError(f"{self.path} is damaged ({error}); delete it to ask the model again") from None
+                found.update((key, _decode(self.path, key, value)) for key, value in rows)
         return found
 
     def put_many(self, items: Mapping[str, Any]) -> None:
         """Store (or replace) each key's JSON-encodable value and commit at once."""
-        rows = [(key, json.dumps(value)) for key, value in items.items()]
+        rows = [(key, json.dumps({"value": value, "check": _checksum(key, json.dumps(value))}))
+                for key, value in items.items()]
         with self._lock, self._db:
             self._db.executemany("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", rows)
 

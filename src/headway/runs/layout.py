@@ -1,4 +1,4 @@
-"""Where things live in an ensemble's run directory, and atomic writes to it.
+"""Where things live in an ensemble's run directory; atomic writes to it and checked reads from it.
 
     <ensemble>/config.json                     runs (flat configs) trained together, in instance order
     <ensemble>/metrics.parquet                 one row per instance per logged step
@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headway.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIG = "config.json"
 METRICS = "metrics.parquet"
@@ -29,6 +33,8 @@ CHECKPOINTS = "checkpoints"
 RESUME = "resume"
 LATEST = "latest.json"
 LOCK = ".lock"
+DIGEST_KEY = "headway_blake2b"  # JSON files: a checksum of the other entries
+SHAPE_KEY = b"headway_shape"  # Parquet metadata: the rows, columns and dtypes a table was written with
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -39,16 +45,80 @@ def resume_dir(run_dir: Path, step: int) -> Path:
     return run_dir / RESUME / f"step_{step:07d}"
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and an atomic rename, so a kill never leaves half a file."""
+def damaged(path: Path | str, why: str) -> ConfigError:
+    """The one-line error for a file that cannot be read as what headway wrote there."""
+    why = " ".join(why.split())  # a library's multi-line reason, on one line
+    return ConfigError(f"{path} is damaged ({why}); delete it to have it computed again, or restore it from a copy")
+
+
+def _json_digest(data: dict[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def write_json(path: Path, data: dict[str, Any], checked: bool = True) -> None:
+    """Write a JSON object through a temporary file and an atomic rename, so a kill never leaves half a
+    file; `checked` adds a checksum of its contents (`DIGEST_KEY`) that `read_json` verifies."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.write_text(json.dumps({**data, DIGEST_KEY: _json_digest(data)} if checked else data, indent=2,
+                              sort_keys=True))
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text())
+def read_json(path: Path | str) -> dict[str, Any]:
+    """A JSON object written by `write_json`, without its checksum; a file that does not parse, has no
+    checksum or whose contents differ from it is refused, naming it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise damaged(path, f"not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise damaged(path, f"a JSON {type(data).__name__}, not an object")
+    expected = data.pop(DIGEST_KEY, None)
+    if expected is None:
+        raise damaged(path, f"no checksum ({DIGEST_KEY}): written by an older headway, or altered")
+    if expected != _json_digest(data):
+        raise damaged(path, f"its contents differ from its checksum ({DIGEST_KEY}), e.g. edited by hand")
+    return data
+
+
+def _shape(frame: pd.DataFrame) -> bytes:
+    """A frame's row count, column names and dtypes, as the bytes a table's metadata stores."""
+    return json.dumps([len(frame), [[str(name), str(dtype)] for name, dtype in frame.dtypes.items()]]).encode()
+
+
+def write_table(path: Path, frame: pd.DataFrame) -> None:
+    """Write a table as Parquet with page checksums (the values) and its shape in the file's metadata
+    (rows, column names and dtypes), through a temporary file and an atomic rename."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHAPE_KEY: _shape(frame)})
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, write_page_checksum=True)
+    os.replace(tmp, path)
+
+
+def read_table(path: Path | str) -> pd.DataFrame:
+    """A table from `write_table`, its page checksums and shape verified; a truncated or altered file, or
+    one written otherwise, is refused, naming it."""
+    import pyarrow.parquet as pq
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+        frame = table.to_pandas()
+        expected = (table.schema.metadata or {}).get(SHAPE_KEY)
+        if expected is None:
+            raise ValueError(f"no {SHAPE_KEY.decode()} entry: written by an older headway, or altered")
+        if expected != _shape(frame):
+            raise ValueError("its rows or columns differ from the ones it was written with")
+        return frame
+    except Exception as err:  # noqa: BLE001 - any failure to decode a file headway wrote means it is damaged
+        raise damaged(path, f"not a readable Parquet table: {err}") from None
 
 
 def ensemble_dirs(path: Path) -> list[Path]:

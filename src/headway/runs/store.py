@@ -38,7 +38,7 @@ def load_metrics(path: Path | str) -> pd.DataFrame:
         metrics_file = d / layout.METRICS
         if not metrics_file.is_file():
             continue
-        metrics = pd.read_parquet(metrics_file)
+        metrics = layout.read_table(metrics_file)
         configs = pd.DataFrame([run.flat() for run in load_runs(d)])
         configs["instance"] = range(len(configs))
         configs["ensemble"] = d.name
@@ -75,7 +75,7 @@ def _last_rows(run_dir: Path, n: int) -> list[dict]:
     metrics_file = run_dir / layout.METRICS
     if not metrics_file.is_file():
         return [{} for _ in range(n)]
-    metrics = pd.read_parquet(metrics_file)
+    metrics = layout.read_table(metrics_file)
     last = metrics[metrics.step == metrics.step.max()].set_index("instance")
     return [{k: plain_value(v) for k, v in last.loc[e].items() if k != "run_id"}
             if e in last.index else {} for e in range(n)]

@@ -193,7 +193,7 @@ class Study(ABC):
         folder.mkdir(parents=True, exist_ok=True)
         tables = self.analyse(run_dir, runs, folder, device)
         for name in self.tables:
-            tables[name].to_parquet(folder / f"{name}.parquet", index=False)
+            layout.write_table(folder / f"{name}.parquet", tables[name])
         seconds = round(time.perf_counter() - started, 2)
         layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
 
@@ -212,7 +212,7 @@ class Study(ABC):
         if not self.is_cached(run_dir):
             return None
         folder = self.out / ANALYSIS / run_dir.name
-        return {name: pd.read_parquet(folder / f"{name}.parquet") for name in self.tables}
+        return {name: layout.read_table(folder / f"{name}.parquet") for name in self.tables}
 
     def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
         """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the

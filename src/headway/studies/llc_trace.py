@@ -58,7 +58,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     for step in tqdm(steps, desc="LLC over training", unit="checkpoint", disable=not progress):
         path = folder / f"step_{step:07d}.parquet"
         if path.is_file():
-            frames.append(pd.read_parquet(path))
+            frames.append(layout.read_table(path))
             continue
         model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
         parts = []
@@ -71,6 +71,6 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             parts.append(frame)
         frame = pd.concat(parts, ignore_index=True)
         frame = tag(frame) if tag else frame
-        frame.to_parquet(path, index=False)
+        layout.write_table(path, frame)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)

@@ -107,7 +107,7 @@ class EnsembleTrainer:
             if layout.read_json(config_path) != config:
                 raise ConfigError(f"{self.run_dir} already holds other runs; choose a new output directory")
             if (self.run_dir / layout.SUMMARY).is_file():
-                return pd.read_parquet(self.run_dir / layout.METRICS)
+                return layout.read_table(self.run_dir / layout.METRICS)
         layout.write_json(config_path, config)
         data, model, optim, state = self.setup()
         rows: list[dict] = []
@@ -231,7 +231,7 @@ class EnsembleTrainer:
         metrics = pd.DataFrame(rows)
         save_resume_state(self.run_dir, step, weights, {**optim.state_tensors(), **state.tensors()},
                           {"step": step, "optimizer_steps": optim.steps_taken}, metrics)
-        metrics.to_parquet(self.run_dir / layout.METRICS, index=False)
+        layout.write_table(self.run_dir / layout.METRICS, metrics)
 
     def _write_summary(self, metrics: pd.DataFrame, state: TrainerState, seconds: float, start: int) -> None:
         last = metrics[metrics.step == metrics.step.max()].set_index("instance")

@@ -52,7 +52,7 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
     _development_section(report, data, tables, figures)
     _methods_section(report, data)
     report.section("All runs").table(tables.runs[["run_id", *RUN_COLUMNS]], "Per run: accuracies, steps, Fourier measures.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts))
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 

@@ -39,7 +39,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _conditional_section(report, tables.minimal)
     _methods_section(report)
     report.section("All runs").table(tables.results, "Per run: final accuracy, circuit, probe reach, emergence order.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts))
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 

@@ -46,7 +46,7 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     _development_section(report, data, tables, figures)
     _methods_section(report, plan)
     report.section("All runs").table(final, "Per run: data, weight decay, seed, accuracy, mode and its quantities, LLC.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts))
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 
