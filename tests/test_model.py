@@ -1,5 +1,8 @@
 """The instance-axis transformer: names, shapes, independence of instances, hooks and cache."""
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -147,6 +150,9 @@ def test_top_level_names_resolve_lazily():
     import headway
 
     assert all(getattr(headway, name) is not None for name in headway.__all__)
+    api = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    listed = api[api.index("importable from the package root"):api.index("Their homes:")]
+    assert set(re.findall(r"`(\w+)`", listed)) - {"headway"} == set(headway.__all__)  # the docs list them all
     light = subprocess.run([sys.executable, "-c", "import sys, headway; print('torch' in sys.modules)"],
                            capture_output=True, text=True, check=True)
     assert light.stdout.strip() == "False"
