@@ -7,7 +7,8 @@ LayerNorm), d_vocab 52, n_ctx 20, d_out 51, read out at every position, cross-en
 trained with Adam on headway's sorting data (--train-steps; 1500 bring the loss near 0.002) so that
 w* is near a minimum. SGLD: ε 3e-6, γ 1e4, nβ 1e4 (see LR, LOCALIZATION, NBETA).
 Part 1: one model, the same settings and chains, headway's `estimate_llc` against devinterp's
-`estimate_learning_coeff_with_summary` (cores=1): wall times, their ratio and both estimates.
+`estimate_learning_coeff_with_summary` (cores=1): wall times, their ratio and both estimates; and
+the same model handed to `estimate_llc` as a plain nn.Module (chains batched by torch.func).
 Part 2: E instances × C chains in one batched call against E·C calls of one instance and one chain.
 Ratios are measured in the same run (medians over --repeats, alternating), since machines are noisy.
 """
@@ -112,17 +113,20 @@ def timed(device: torch.device, fn, *args):
     return time.perf_counter() - start, out
 
 
+def plain_loss(model, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy on the sorted positions of a plain model's per-position logits."""
+    logits = model(tokens)[:, -targets.shape[-1]:]
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 def run_devinterp(model: EnsembleTransformer, tokens: torch.Tensor, targets: torch.Tensor, settings: SGLDSettings,
                   init_loss: float, device: torch.device) -> dict:
     from devinterp.slt.sampler import estimate_learning_coeff_with_summary
 
     loader = torch.utils.data.DataLoader(TensorPool(tokens[0], targets[0]), batch_size=settings.batch_size,
                                          shuffle=True, collate_fn=lambda pair: pair)
-    n = targets.shape[-1]
-
     def evaluate(m, batch):
-        logits = m(batch[0])[:, -n:]
-        return F.cross_entropy(logits.flatten(0, 1), batch[1].flatten())
+        return plain_loss(m, *batch)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -134,16 +138,20 @@ def run_devinterp(model: EnsembleTransformer, tokens: torch.Tensor, targets: tor
 
 
 def part_one(model, tokens, targets, settings, repeats, device) -> dict:
-    """headway vs devinterp on one model: median seconds of each and both estimates."""
+    """headway (as an ensemble and as a plain module) vs devinterp on one model: median seconds of each
+    and the estimates."""
     one = single(model, 0)
-    ours_s, theirs_s = [], []
+    ours_s, plain_s, theirs_s = [], [], []
     for _ in range(repeats):
         seconds, ours = timed(device, estimate_llc, one, sorting_loss, tokens[:1], targets[:1], settings)
         ours_s.append(seconds)
+        seconds, plain = timed(device, estimate_llc, Unbatched(one), plain_loss, tokens[0], targets[0], settings)
+        plain_s.append(seconds)
         seconds, theirs = timed(device, run_devinterp, one, tokens, targets, settings, float(ours.init_loss[0]),
                                 device)
         theirs_s.append(seconds)
     return {"headway_s": statistics.median(ours_s), "devinterp_s": statistics.median(theirs_s),
+            "plain_s": statistics.median(plain_s), "plain": (plain.llc_mean[0], plain.llc_std[0]),
             "headway": (ours.llc_mean[0], ours.llc_std[0]), "devinterp": (theirs["llc/mean"], theirs["llc/std"]),
             "warnings": ours.warnings}
 
@@ -193,6 +201,7 @@ def main() -> None:
           f"nβ {settings.nbeta:.2f}; {args.train_steps} Adam steps before sampling")
     one = part_one(model, tokens, targets, settings, args.repeats, device)
     print(f"part 1: headway {one['headway_s']:.2f} s, LLC {one['headway'][0]:.2f} ± {one['headway'][1]:.2f}; "
+          f"as a plain module {one['plain_s']:.2f} s, LLC {one['plain'][0]:.2f} ± {one['plain'][1]:.2f}; "
           f"devinterp {one['devinterp_s']:.2f} s, LLC {one['devinterp'][0]:.2f} ± {one['devinterp'][1]:.2f}; "
           f"headway warnings: {one['warnings'] or 'none'}", flush=True)
     two = part_two(model, tokens, targets, settings, args.repeats, device)
@@ -204,6 +213,9 @@ def main() -> None:
     print(f"| 1 model × {args.chains} chains vs devinterp 1.x | {one['headway_s']:.2f} | {one['devinterp_s']:.2f} | "
           f"{one['devinterp_s'] / one['headway_s']:.2f}× | {one['headway'][0]:.2f} ± {one['headway'][1]:.2f} | "
           f"{one['devinterp'][0]:.2f} ± {one['devinterp'][1]:.2f} |")
+    print(f"| 1 plain nn.Module × {args.chains} chains (torch.func) vs devinterp 1.x | {one['plain_s']:.2f} | "
+          f"{one['devinterp_s']:.2f} | {one['devinterp_s'] / one['plain_s']:.2f}× | {one['plain'][0]:.2f} ± "
+          f"{one['plain'][1]:.2f} | {one['devinterp'][0]:.2f} ± {one['devinterp'][1]:.2f} |")
     print(f"| {args.instances} instances × {args.chains} chains vs {args.instances * args.chains} single runs | "
           f"{two['batched_s']:.2f} | {two['sequential_s']:.2f} | {two['sequential_s'] / two['batched_s']:.2f}× | "
           f"{np.nanmean(two['llc']):.2f} (mean of instances) | – |")

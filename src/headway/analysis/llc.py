@@ -10,6 +10,10 @@ the update is a few whole-buffer ops on the flat [E·C, P] weights (`FlatParamet
 indices for all rows come from one generator call, and each row reads only its instance's pool.
 No Python loop runs over chains or instances while sampling.
 
+Any other `nn.Module` is sampled the same way: its chains become rows of a `ModuleEnsemble`, which
+runs the copies in one batched call with torch.func (`vmap` over `functional_call`); the loss then is
+devinterp's kind, `loss_fn(model, inputs, targets) -> scalar`, on a pool [N, ...].
+
 Diagnostics are collected as readable warnings in `LLCResult.warnings`; the thresholds are the
 module constants below.
 """
@@ -27,8 +31,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, plain_layout
 from headway.errors import ConfigError
-from headway.model.flat import FlatParameters
+from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
@@ -93,10 +98,23 @@ def default_nbeta(batch_size: int) -> float:
 # --- models and masks -------------------------------------------------------------------------
 
 
+def is_ensemble(model: nn.Module) -> bool:
+    """Whether `model` keeps its instances' weights in a flat [E, P] buffer (a headway ensemble, or a
+    `ModuleEnsemble`); any other module is sampled as one plain model."""
+    return isinstance(getattr(model, "flat", None), FlatLayout)
+
+
+def layout_of(model: nn.Module) -> FlatLayout:
+    """The flat layout of an ensemble's weights, or the [1, P] one of a plain module's."""
+    return model.flat if is_ensemble(model) else plain_layout(model)
+
+
 def replicate(model: nn.Module, copies: int) -> nn.Module:
     """A deep copy of `model` holding every instance `copies` times, instance-major (row e·copies + c
     is copy c of instance e), with its own `flat` buffer and `n_instances`; `model` is untouched."""
     copies = check_int("copies", copies, 1)
+    if isinstance(model, ModuleEnsemble):
+        return model.replicated(copies)
     clone = copy.deepcopy(model, {id(model.flat): None})  # the old flat buffer is rebuilt below
     with torch.no_grad():
         for name, param in list(clone.named_parameters()):
@@ -109,23 +127,30 @@ def replicate(model: nn.Module, copies: int) -> nn.Module:
 
 
 def parameter_mask(model: nn.Module, names: Iterable[str]) -> Tensor:
-    """A [P] float mask that is 1 on every coordinate of the named parameters."""
+    """A [P] float mask that is 1 on every coordinate of the named parameters (of an ensemble, or of a
+    plain module by its `named_parameters()` names)."""
     wanted = set(names)
-    unknown = sorted(wanted - set(model.flat.names))
+    flat = layout_of(model)
+    unknown = sorted(wanted - set(flat.names))
     if unknown:
-        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; valid names: {', '.join(model.flat.names)}")
-    return model.flat.mask(lambda name: name in wanted)
+        raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; valid names: {', '.join(flat.names)}")
+    return flat.mask(lambda name: name in wanted)
 
 
-def _layer_count(model: nn.Module) -> int:
-    return sum(1 for name in model.flat.names if name.startswith("blocks.") and name.endswith(".attn.W_Q"))
+def _layer_count(flat: FlatLayout) -> int:
+    return sum(1 for name in flat.names if name.startswith("blocks.") and name.endswith(".attn.W_Q"))
 
 
 def head_mask(model: nn.Module, layer: int, head: int) -> Tensor:
     """A [P] mask on one attention head's own weights: W_Q, W_K, W_V, b_Q, b_K, b_V and W_O at
-    [:, head] (the output bias b_O is shared by all heads and left out)."""
-    flat = model.flat
-    layers = _layer_count(model)
+    [:, head] (the output bias b_O is shared by all heads and left out). Any model whose attention
+    weights carry TransformerLens names and shapes has heads: a headway ensemble, or a plain module
+    such as a TransformerLens `HookedTransformer`."""
+    flat = layout_of(model)
+    layers = _layer_count(flat)
+    if not layers:
+        raise ConfigError(f"{type(model).__name__} has no attention weights named blocks.L.attn.W_Q "
+                          "(TransformerLens names); give per-parameter masks with parameter_mask instead")
     if not is_integer(layer) or not 0 <= layer < layers:
         raise ConfigError(f"layer = {layer!r} is invalid; this model has layers 0..{layers - 1}")
     heads = flat.shapes[flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
@@ -147,12 +172,15 @@ def weight_masks(model: nn.Module, spec: str) -> dict[str, Tensor | None]:
     """Named masks from a comma list of groups: "all" (no mask), "heads" (one per head, "L0H1"),
     "embed" (W_E and W_pos) and "unembed" (W_U and b_U), e.g. "all,heads"."""
     out: dict[str, Tensor | None] = {}
+    flat = layout_of(model)
     for group in (part.strip() for part in spec.split(",")):
         if group == "all":
             out["all"] = None
         elif group == "heads":
-            for layer in range(_layer_count(model)):
-                heads = model.flat.shapes[model.flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
+            if not _layer_count(flat):
+                head_mask(model, 0, 0)  # refuses, naming what is missing
+            for layer in range(_layer_count(flat)):
+                heads = flat.shapes[flat.names.index(f"blocks.{layer}.attn.W_Q")][1]
                 out.update({f"L{layer}H{h}": head_mask(model, layer, h) for h in range(heads)})
         elif group == "embed":
             out["embed"] = parameter_mask(model, ["embed.W_E", "pos_embed.W_pos"])
@@ -325,14 +353,18 @@ class LLCResult:
         return frame
 
 
-def estimate_llc(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
-                 mask: Tensor | None = None, progress: bool = False, desc: str = "LLC") -> LLCResult:
+def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+                 settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
+                 desc: str = "LLC") -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see the module docstring).
 
-    `loss_fn(model, tokens, targets)` returns the per-instance mean loss [n_instances] of a batch;
-    `tokens`, `targets` [E, N, ...] are each instance's pool, from which every chain draws its own
-    shuffled minibatches. As in devinterp 1.x, step i computes the minibatch loss at the current
+    For a headway ensemble, `loss_fn(model, tokens, targets)` returns the per-instance mean loss
+    [n_instances] of a batch; `tokens`, `targets` [E, N, ...] are each instance's pool, from which every
+    chain draws its own shuffled minibatches. Any other `nn.Module` is one instance: `tokens`, `targets`
+    are its pool [N, ...] and `loss_fn(model, inputs, targets)` returns a batch's mean loss, a scalar
+    (devinterp's `evaluate`; `model` is callable like the module, on its chain's weights); the module's
+    own weights are never changed. As in devinterp 1.x, step i computes the minibatch loss at the current
     weights, then moves (`sgld_step`); its loss is draw (i − burnin)/steps_between_draws when
     i ≥ burnin and (i + 1 − burnin) is a multiple of steps_between_draws. With `mask` [P] only the
     masked coordinates move (a restricted LLC). A chain whose loss becomes non-finite is frozen and
@@ -343,6 +375,9 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Ten
     nβ × that batch's error (devinterp 1.x averages `num_chains` batches of its loader instead).
     Same settings and seed give identical numbers; only explicit generators are used.
     """
+    if not is_ensemble(model):
+        model, loss_fn = ModuleEnsemble.wrap(model, loss_fn), ensemble_loss
+        tokens, targets = tokens.unsqueeze(0), targets.unsqueeze(0)
     _check_inputs(model, tokens, targets, settings, mask)
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
     device = model.flat.data.device

@@ -8,6 +8,7 @@ whatever the number of parameter tensors.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -18,29 +19,15 @@ from torch import nn
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
-class FlatParameters:
-    """Moves a module's parameters (leading instance axis E) into one [E, P] buffer."""
+class FlatLayout:
+    """Where each named parameter (shape [R, ...]) lives in the columns of an [R, P] buffer."""
 
-    def __init__(self, module: nn.Module, n_instances: int) -> None:
-        named = list(module.named_parameters())
-        self.names = [name for name, _ in named]
-        self.shapes = [tuple(p.shape) for _, p in named]
-        sizes = [p[0].numel() for _, p in named]
-        self.offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-        self.sizes = sizes
-        first = named[0][1]
-        total = sum(sizes)
-        self.data = torch.empty(n_instances, total, dtype=first.dtype, device=first.device)
-        self.grad = torch.zeros_like(self.data)
-        for (name, param), offset, size in zip(named, self.offsets, sizes):
-            if param.shape[0] != n_instances:
-                raise ValueError(f"parameter {name} has no instance axis of size {n_instances}")
-            self.data[:, offset : offset + size].copy_(param.detach().reshape(n_instances, size))
-            view = nn.Parameter(self.data[:, offset : offset + size].view(param.shape))
-            view.grad = self.grad[:, offset : offset + size].view(param.shape)
-            owner_name, _, leaf = name.rpartition(".")
-            owner = module.get_submodule(owner_name) if owner_name else module
-            setattr(owner, leaf, view)
+    def __init__(self, names: list[str], shapes: list[tuple[int, ...]], data: torch.Tensor) -> None:
+        self.names = names
+        self.shapes = shapes
+        self.sizes = [math.prod(shape[1:]) for shape in shapes]
+        self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+        self.data = data
 
     def mask(self, predicate) -> torch.Tensor:
         """A [P] float mask that is 1 on the columns of parameters whose name satisfies `predicate`."""
@@ -49,6 +36,27 @@ class FlatParameters:
             if predicate(name):
                 out[offset : offset + size] = 1.0
         return out
+
+
+class FlatParameters(FlatLayout):
+    """Moves a module's parameters (leading instance axis E) into one [E, P] buffer."""
+
+    def __init__(self, module: nn.Module, n_instances: int) -> None:
+        named = list(module.named_parameters())
+        first = named[0][1]
+        total = sum(p[0].numel() for _, p in named)
+        super().__init__([name for name, _ in named], [tuple(p.shape) for _, p in named],
+                         torch.empty(n_instances, total, dtype=first.dtype, device=first.device))
+        self.grad = torch.zeros_like(self.data)
+        for (name, param), offset, size in zip(named, self.offsets, self.sizes):
+            if param.shape[0] != n_instances:
+                raise ValueError(f"parameter {name} has no instance axis of size {n_instances}")
+            self.data[:, offset : offset + size].copy_(param.detach().reshape(n_instances, size))
+            view = nn.Parameter(self.data[:, offset : offset + size].view(param.shape))
+            view.grad = self.grad[:, offset : offset + size].view(param.shape)
+            owner_name, _, leaf = name.rpartition(".")
+            owner = module.get_submodule(owner_name) if owner_name else module
+            setattr(owner, leaf, view)
 
     def zero_grad(self) -> None:
         """Zero the gradient buffer in place (the parameter `.grad` views must stay attached)."""

@@ -1,0 +1,184 @@
+"""The LLC of a plain `nn.Module` (one headway did not build): chains batched with torch.func, the same
+numbers as the ensemble path, d/2 for a regular model, agreement with devinterp 1.x, masks, bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_llc import REGULAR, Single, TensorPool, ce_last, trained_transformer
+from torch import nn
+
+from headway.analysis.llc import SGLDSettings, estimate_llc, head_mask, parameter_mask, sgld_step, weight_masks
+from headway.analysis.module_ensemble import ModuleEnsemble, ensemble_loss
+from headway.errors import ConfigError
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def mean_ce(model, x, y):
+    return F.cross_entropy(model(x), y)
+
+
+def mlp_classifier(seed: int = 0, n: int = 2048):
+    """A small tanh MLP trained near a minimum of a 3-class problem with 20% label noise, and its pool."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    clean = (x[:, 0] > 0).long() + (x[:, 1] > 0.5).long()
+    y = torch.where(torch.rand(n, generator=g) < 0.8, clean, torch.randint(0, 3, (n,), generator=g))
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 3))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(torch.randn(param.shape, generator=g) * 0.5)
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(600):
+        index = torch.randint(0, n, (128,), generator=g)
+        optimiser.zero_grad()
+        mean_ce(model, x[index], y[index]).backward()
+        optimiser.step()
+    return model, x, y
+
+
+def test_a_plain_module_gives_the_ensemble_paths_numbers():
+    """The same weights as a headway ensemble and as a plain module: equal losses and estimates."""
+    model, tokens, targets = trained_transformer()
+    settings = SGLDSettings(lr=1e-3, localization=100.0, chains=3, draws=30, burnin=10, batch_size=64)
+    ensemble = estimate_llc(model, ce_last, tokens, targets, settings)
+    plain = estimate_llc(Single(model), mean_ce, tokens[0], targets[0], settings)
+    np.testing.assert_allclose(plain.init_loss, ensemble.init_loss, rtol=1e-6)
+    np.testing.assert_allclose(plain.loss_trace, ensemble.loss_trace, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(plain.llc_per_chain, ensemble.llc_per_chain, rtol=1e-5)
+    assert plain.settings == ensemble.settings
+
+
+def test_same_seed_same_numbers_and_the_module_is_untouched():
+    model, x, y = mlp_classifier()
+    before = [p.detach().clone() for p in model.parameters()]
+    settings = SGLDSettings(lr=1e-3, chains=2, draws=20, batch_size=64, seed=3)
+    first, again = (estimate_llc(model, mean_ce, x, y, settings) for _ in range(2))
+    np.testing.assert_array_equal(first.loss_trace, again.loss_trace)
+    other = estimate_llc(model, mean_ce, x, y, SGLDSettings(lr=1e-3, chains=2, draws=20, batch_size=64, seed=4))
+    assert not np.array_equal(first.loss_trace, other.loss_trace)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+@pytest.mark.slow
+def test_a_regular_plain_model_has_llc_half_its_dimension():
+    """y = x·w + noise with w ∈ R^d, as nn.Linear: λ = d/2 for this regular model."""
+    d = 6
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(16 * 128, d, generator=g)
+    y = x @ torch.randn(d, generator=g) + torch.randn(len(x), generator=g)
+    model = nn.Linear(d, 1, bias=False)
+    with torch.no_grad():
+        model.weight.copy_((torch.linalg.pinv(x) @ y).unsqueeze(0))
+    result = estimate_llc(model, lambda m, xb, yb: 0.5 * ((m(xb)[:, 0] - yb) ** 2).mean(), x, y,
+                          SGLDSettings(**REGULAR, chains=16, draws=400))
+    se = result.llc_std[0] / math.sqrt(16)
+    assert abs(result.llc_mean[0] - d / 2) <= max(4 * se, 0.1 * d / 2), (result.llc_mean, se)
+
+
+@pytest.mark.slow
+def test_agrees_with_devinterp_on_a_model_headway_did_not_build():
+    """An nn.Sequential MLP at equal settings (ε, γ, nβ, chains, draws, burn-in, batch, L(w*)): the means
+    of headway and devinterp 1.x agree within the chains' spread."""
+    summary = pytest.importorskip("devinterp.slt.sampler").estimate_learning_coeff_with_summary
+    model, x, y = mlp_classifier()
+    chains, draws, burnin, batch = 8, 150, 50, 64
+    settings = SGLDSettings(lr=1e-3, localization=100.0, chains=chains, draws=draws, burnin=burnin,
+                            batch_size=batch)
+    ours = estimate_llc(model, mean_ce, x, y, settings)
+    loader = torch.utils.data.DataLoader(TensorPool(x, y), batch_size=batch, shuffle=True,
+                                         collate_fn=lambda pair: pair)
+    with warnings.catch_warnings(), torch.random.fork_rng():  # devinterp seeds the global RNG
+        warnings.simplefilter("ignore")
+        theirs = summary(model, loader, evaluate=lambda m, b: mean_ce(m, b[0], b[1]),
+                         optimizer_kwargs={"lr": 1e-3, "localization": 100.0, "nbeta": ours.settings["nbeta"]},
+                         num_draws=draws, num_chains=chains, num_burnin_steps=burnin,
+                         init_loss=float(ours.init_loss[0]), seed=0, verbose=False)
+    gap = abs(ours.llc_mean[0] - theirs["llc/mean"])
+    print(f"headway {ours.llc_mean[0]:.3f} ± {ours.llc_std[0]:.3f}, devinterp {theirs['llc/mean']:.3f} ± "
+          f"{theirs['llc/std']:.3f} (chain std)")
+    assert ours.llc_mean[0] > 0.5 and theirs["llc/mean"] > 0.5
+    assert gap <= 3 * math.hypot(ours.llc_std[0], theirs["llc/std"]) / math.sqrt(chains)
+
+
+def test_a_mask_moves_only_its_parameters():
+    model, x, y = mlp_classifier()
+    mask = parameter_mask(model, ["0.weight"])
+    assert mask.sum() == 4 * 8 and mask[: 4 * 8].all()  # named_parameters order: 0.weight first
+    copies = ModuleEnsemble.wrap(model, mean_ce).replicated(3)
+    anchor = copies.flat.data.detach().clone()
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        copies.flat.zero_grad()
+        ensemble_loss(copies, x[:192].view(3, 64, 4), y[:192].view(3, 64)).sum().backward()
+        sgld_step(copies.flat, anchor, 1e-3, 10.0, 100.0, g, mask=mask)
+    moved = copies.flat.data.detach() != anchor
+    assert moved[:, mask == 1].all() and not moved[:, mask == 0].any()
+
+
+class TransformerLensNamed(nn.Module):
+    """Parameters with TransformerLens names and shapes (as in a HookedTransformer), no instance axis."""
+
+    def __init__(self, layers: int = 2, heads: int = 3, d_model: int = 6, d_head: int = 2) -> None:
+        super().__init__()
+        self.embed = nn.Module()
+        self.embed.W_E = nn.Parameter(torch.randn(5, d_model))
+        self.pos_embed = nn.Module()
+        self.pos_embed.W_pos = nn.Parameter(torch.randn(4, d_model))
+        self.blocks = nn.ModuleList()
+        for _ in range(layers):
+            block, attn = nn.Module(), nn.Module()
+            for name in ("W_Q", "W_K", "W_V"):
+                setattr(attn, name, nn.Parameter(torch.randn(heads, d_model, d_head)))
+                setattr(attn, name.replace("W", "b"), nn.Parameter(torch.randn(heads, d_head)))
+            attn.W_O = nn.Parameter(torch.randn(heads, d_head, d_model))
+            attn.b_O = nn.Parameter(torch.randn(d_model))
+            block.attn = attn
+            self.blocks.append(block)
+
+
+def test_per_head_masks_work_on_a_plain_module_with_transformer_lens_names():
+    model = TransformerLensNamed()
+    masks = weight_masks(model, "all,heads,embed")
+    assert list(masks) == ["all", *(f"L{layer}H{h}" for layer in range(2) for h in range(3)), "embed"]
+    per_head = 3 * (6 * 2 + 2) + 2 * 6  # W_Q, W_K, W_V with biases, and W_O
+    assert all(masks[f"L{layer}H{h}"].sum() == per_head for layer in range(2) for h in range(3))
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    w_q = model.blocks[1].attn.W_Q.detach()
+    picked = flat[head_mask(model, 1, 2) == 1]
+    assert any(torch.equal(picked[i : i + 12], w_q[2].reshape(-1)) for i in range(len(picked) - 11))
+    overlap = sum(masks[f"L{layer}H{h}"] for layer in range(2) for h in range(3))
+    assert overlap.max() == 1  # heads own disjoint coordinates
+
+
+def test_bad_plain_modules_and_losses_are_named():
+    model, x, y = mlp_classifier(n=256)
+    settings = SGLDSettings(chains=2, draws=3, batch_size=32)
+    with pytest.raises(ConfigError, match="must return the batch's mean loss, a scalar"):
+        estimate_llc(model, lambda m, xb, yb: F.cross_entropy(m(xb), yb, reduction="none"), x, y, settings)
+    with pytest.raises(ConfigError, match="has no parameters"):
+        estimate_llc(nn.Identity(), mean_ce, x, y, settings)
+    dropout = nn.Sequential(nn.Linear(4, 3), nn.Dropout(0.5)).train()
+    with pytest.raises(ConfigError, match="cannot run as a batch of copies under torch.func.vmap .*eval mode"):
+        estimate_llc(dropout, mean_ce, x, y, settings)
+    estimate_llc(dropout.eval(), mean_ce, x, y, settings)  # in eval mode it runs
+    with pytest.raises(ConfigError, match="mixes parameter dtypes"):
+        estimate_llc(nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 3).double()), mean_ce, x, y, settings)
+    with pytest.raises(ConfigError, match="tokens hold 256 examples per instance but targets 100"):
+        estimate_llc(model, mean_ce, x, y[:100], settings)
+    with pytest.raises(ConfigError, match="has no attention weights named blocks.L.attn.W_Q"):
+        weight_masks(model, "heads")
+    with pytest.raises(ConfigError, match=r"unknown parameter\(s\) 9.weight; valid names: 0.weight"):
+        parameter_mask(model, ["9.weight"])
