@@ -16,7 +16,8 @@ $(CORE): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(CORE)
 
-# The test extras on top: LLM backends, llama-cpp-python (built from source), devinterp, Ray.
+# The test extras on top: LLM backends, llama-cpp-python (built from source), devinterp, lm-eval,
+# TransformerLens, Ray.
 $(EXTRAS): $(CORE)
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="-DMTMD_BUILD=OFF -DLLAVA_BUILD=OFF" \
 		$(BIN)/python -m pip install --quiet -e ".[dev,llm,cluster]"  # llama-cpp-python: text-only build

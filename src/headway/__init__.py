@@ -38,6 +38,7 @@ _EXPORTS = {
     "find_run": "headway.runs.store",
     "SGLDSettings": "headway.analysis.llc",
     "estimate_llc": "headway.analysis.llc",
+    "to_transformer_lens": "headway.export.transformer_lens",
     "Study": "headway.studies.base",
     "Verdict": "headway.studies.verdict",
     "register_study": "headway.studies.registry",

@@ -90,6 +90,12 @@ class Task(Settings, ABC):
         """Distinct token ids the model embeds."""
 
     @property
+    def slot_vocab(self) -> int:
+        """Ids one slot can hold: slot s of a position holds s·slot_vocab … (s+1)·slot_vocab − 1, the
+        convention every packed layout follows (exports to one-token-per-position libraries rely on it)."""
+        return self.d_vocab // self.n_slots
+
+    @property
     @abstractmethod
     def vocab(self) -> int:
         """Classes of one prediction (the width of one readout block)."""

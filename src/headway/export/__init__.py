@@ -1,0 +1,1 @@
+"""Trained runs handed to other interpretability libraries (TransformerLens)."""
