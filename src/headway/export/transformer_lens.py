@@ -15,8 +15,9 @@ onto one-hot targets, so a constant shift changes them: TransformerLens' `center
 (both on by default in `enable_compatibility_mode` and `process_weights`) are refused on such a model.
 `fold_ln` is refused because TransformerLens 4.3, folding the final LayerNorm, tells the unembedding's
 layout apart by `d_vocab` and, when d_vocab ≠ d_vocab_out (every headway task), centres it over the
-outputs instead of over d_model (measured: a shift of up to 0.09 on a trained retrieval model). For a
-cross-entropy run both only add one constant per position and leave every softmax as it was.
+outputs instead of over d_model (measured: a shift of up to 0.09 on a trained retrieval model; 3.x
+folds it exactly and keeps fold_ln). For a cross-entropy run both only add one constant per position
+and leave every softmax as it was.
 """
 
 from __future__ import annotations
@@ -93,26 +94,30 @@ def _device_of(model: Any) -> torch.device:
     return next(model.parameters()).device
 
 
-def _refusing_output_shifts(method: Any) -> Any:
-    """`method` (process_weights / enable_compatibility_mode / process_weights_) with the steps that shift
-    every output of a position by one constant refused, unless weight processing is off as a whole."""
+def _refusing_output_shifts(method: Any, steps: tuple[str, ...]) -> Any:
+    """`method` (process_weights / enable_compatibility_mode / process_weights_) with the processing
+    `steps` that shift every output of a position by one constant refused, unless processing is off."""
     @functools.wraps(method)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        shifting = [name for name in ("center_unembed", "fold_ln") if kwargs.get(name, True)]
+        shifting = [name for name in steps if kwargs.get(name, True)]
         if shifting and not kwargs.get("no_processing", False):
-            raise ConfigError(
-                f"{' and '.join(shifting)} would shift the outputs of a run trained with the MSE loss (they are "
-                "regressions onto one-hot targets, not logits; TransformerLens 4.3's fold_ln also centres the "
-                "unembedding over the outputs when d_vocab differs from d_vocab_out); pass "
-                + ", ".join(f"{name}=False" for name in shifting))
+            why = "regressions onto one-hot targets, not logits"
+            if "fold_ln" in shifting:
+                why += ("; TransformerLens 4.x's fold_ln centres the unembedding over the outputs when "
+                        "d_vocab ≠ d_vocab_out")
+            raise ConfigError(f"{' and '.join(shifting)} would shift the outputs of a run trained with the MSE loss "
+                              f"({why}); pass " + ", ".join(f"{name}=False" for name in shifting))
         return method(*args, **kwargs)
     return guarded
 
 
 def _guard_mse(model: Any) -> None:
+    """Refuse the weight processing that shifts an MSE run's outputs: center_unembed, and on
+    TransformerLens 4.x fold_ln (3.x folds the final LayerNorm exactly; checked with 3.9)."""
+    steps = ("center_unembed", "fold_ln") if transformer_lens_major() >= 4 else ("center_unembed",)
     for name in ("process_weights", "enable_compatibility_mode", "process_weights_"):
         if hasattr(model, name):
-            setattr(model, name, _refusing_output_shifts(getattr(model, name)))
+            setattr(model, name, _refusing_output_shifts(getattr(model, name), steps))
 
 
 def _build(config: dict[str, Any], state: dict[str, Tensor], device: str | torch.device) -> Any:
