@@ -49,6 +49,40 @@ def mlp_classifier(seed: int = 0, n: int = 2048):
     return model, x, y
 
 
+class EncoderClassifier(nn.Module):
+    """torch's own nn.TransformerEncoder (not headway's attention) classifying a sequence from its last
+    position."""
+
+    def __init__(self, vocab: int = 6, d_model: int = 8, ctx: int = 5) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d_model)
+        self.pos = nn.Parameter(torch.zeros(ctx, d_model))
+        layer = nn.TransformerEncoderLayer(d_model, 2, 16, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(self.embed(tokens) + self.pos)[:, -1])
+
+
+def encoder_classifier(seed: int = 0, n: int = 1024):
+    """An EncoderClassifier (eval mode) trained near a minimum of copy-the-first-token with 20% label
+    noise, and its pool."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 6, (n, 5), generator=g)
+    y = torch.where(torch.rand(n, generator=g) < 0.8, x[:, 0], torch.randint(0, 6, (n,), generator=g))
+    with torch.random.fork_rng():  # torch's initialisers draw from the global RNG
+        torch.manual_seed(seed)
+        model = EncoderClassifier()
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(400):
+        index = torch.randint(0, n, (64,), generator=g)
+        optimiser.zero_grad()
+        mean_ce(model, x[index], y[index]).backward()
+        optimiser.step()
+    return model.eval(), x, y
+
+
 def test_a_plain_module_gives_the_ensemble_paths_numbers():
     """The same weights as a headway ensemble and as a plain module: equal losses and estimates."""
     model, tokens, targets = trained_transformer()
@@ -89,11 +123,13 @@ def test_a_regular_plain_model_has_llc_half_its_dimension():
 
 
 @pytest.mark.slow
-def test_agrees_with_devinterp_on_a_model_headway_did_not_build():
-    """An nn.Sequential MLP at equal settings (ε, γ, nβ, chains, draws, burn-in, batch, L(w*)): the means
-    of headway and devinterp 1.x agree within the chains' spread."""
+@pytest.mark.parametrize("build", [mlp_classifier, encoder_classifier])
+def test_agrees_with_devinterp_on_a_model_headway_did_not_build(build):
+    """An nn.Sequential MLP and an nn.TransformerEncoder classifier at equal settings (ε, γ, nβ, chains,
+    draws, burn-in, batch, L(w*)): the means of headway and devinterp 1.x agree within the chains' spread
+    (three standard errors of the difference of two means of 8 independent chains)."""
     summary = pytest.importorskip("devinterp.slt.sampler").estimate_learning_coeff_with_summary
-    model, x, y = mlp_classifier()
+    model, x, y = build()
     chains, draws, burnin, batch = 8, 150, 50, 64
     settings = SGLDSettings(lr=1e-3, localization=100.0, chains=chains, draws=draws, burnin=burnin,
                             batch_size=batch)
@@ -126,6 +162,37 @@ def test_a_mask_moves_only_its_parameters():
         sgld_step(copies.flat, anchor, 1e-3, 10.0, 100.0, g, mask=mask)
     moved = copies.flat.data.detach() != anchor
     assert moved[:, mask == 1].all() and not moved[:, mask == 0].any()
+
+
+@pytest.mark.slow
+def test_restricted_and_frozen_coordinates_of_a_plain_module_do_not_count():
+    """y = x·w + noise, w ∈ R^6: an element mask freeing k of the weights gives λ = k/2, and a frozen
+    parameter (requires_grad=False) stays put exactly as if masked out."""
+    d, k = 6, 2
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(16 * 128, d, generator=g)
+    y = x @ torch.randn(d, generator=g) + torch.randn(len(x), generator=g)
+    model = nn.Linear(d, 1)
+    with torch.no_grad():
+        model.weight.copy_((torch.linalg.pinv(x) @ y).unsqueeze(0))
+        model.bias.zero_()
+
+    def loss(m, xb, yb):
+        return 0.5 * ((m(xb)[:, 0] - yb) ** 2).mean()
+
+    free = torch.zeros(1, d, dtype=torch.bool)
+    free[0, :k] = True
+    mask = parameter_mask(model, {"weight": free})
+    assert mask.tolist() == [1.0] * k + [0.0] * (d - k) + [0.0]  # weight then bias, by named_parameters
+    settings = SGLDSettings(**REGULAR, chains=16, draws=400)
+    restricted = estimate_llc(model, loss, x, y, settings, mask=mask)
+    se = restricted.llc_std[0] / math.sqrt(16)
+    assert abs(restricted.llc_mean[0] - k / 2) <= max(4 * se, 0.15 * k / 2), (restricted.llc_mean, se)
+    short = SGLDSettings(**{**REGULAR, "burnin": 5}, chains=2, draws=20)
+    masked = estimate_llc(model, loss, x, y, short, mask=parameter_mask(model, ["weight"]))
+    model.bias.requires_grad_(False)
+    frozen = estimate_llc(model, loss, x, y, short)
+    np.testing.assert_array_equal(frozen.loss_trace, masked.loss_trace)
 
 
 class TransformerLensNamed(nn.Module):
@@ -182,3 +249,22 @@ def test_bad_plain_modules_and_losses_are_named():
         weight_masks(model, "heads")
     with pytest.raises(ConfigError, match=r"unknown parameter\(s\) 9.weight; valid names: 0.weight"):
         parameter_mask(model, ["9.weight"])
+    with pytest.raises(ConfigError, match=r"the mask of 0.bias has shape \(4,\); it must be the parameter's \(8,\)"):
+        parameter_mask(model, {"0.bias": torch.ones(4)})
+    with pytest.raises(ConfigError, match=r"fails on a batch of inputs \(32, 5\) and targets \(32,\): RuntimeError: "
+                                          "mat1 and mat2"):
+        estimate_llc(model, mean_ce, torch.randn(256, 5), y, settings)
+    with pytest.raises(ConfigError, match="fails on a batch .*TypeError: .*positional argument"):
+        estimate_llc(model, lambda m, xb: mean_ce(m, xb, xb), x, y, settings)
+    with pytest.raises(ConfigError, match=r"tokens is \(\); it must be a tensor \[examples, ...\]"):
+        estimate_llc(model, mean_ce, torch.tensor(1.0), y, settings)
+    frozen = nn.Linear(4, 3).requires_grad_(False)
+    with pytest.raises(ConfigError, match="every parameter of Linear has requires_grad=False"):
+        estimate_llc(frozen, mean_ce, x, y, settings)
+    batch_norm = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 3))
+    statistics = [b.clone() for b in batch_norm.buffers()]
+    with pytest.raises(ConfigError, match="Batch norm got a batched tensor.*eval mode"):
+        estimate_llc(batch_norm, mean_ce, x, y, settings)
+    assert all(torch.equal(a, b) for a, b in zip(statistics, batch_norm.buffers(), strict=True))
+    estimate_llc(batch_norm.eval(), mean_ce, x, y, settings)  # eval mode reads the statistics
+    assert all(torch.equal(a, b) for a, b in zip(statistics, batch_norm.buffers(), strict=True))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, plain_layout
+from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, error_line, plain_layout
 from headway.errors import ConfigError
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
@@ -126,15 +126,27 @@ def replicate(model: nn.Module, copies: int) -> nn.Module:
     return clone
 
 
-def parameter_mask(model: nn.Module, names: Iterable[str]) -> Tensor:
-    """A [P] float mask that is 1 on every coordinate of the named parameters (of an ensemble, or of a
-    plain module by its `named_parameters()` names)."""
-    wanted = set(names)
+def parameter_mask(model: nn.Module, names: Iterable[str] | Mapping[str, Tensor]) -> Tensor:
+    """A [P] float mask over the parameters of an ensemble or a plain module (`named_parameters()`
+    names): 1 on every coordinate of each listed name, or, from a dict name → mask of that parameter's
+    shape (bool or float, devinterp's `optimize_over`, shared by an ensemble's instances), that mask;
+    parameters not named are 0."""
+    wanted = dict(names) if isinstance(names, Mapping) else dict.fromkeys([names] if isinstance(names, str) else names)
     flat = layout_of(model)
-    unknown = sorted(wanted - set(flat.names))
+    unknown = sorted(set(wanted) - set(flat.names))
     if unknown:
         raise ConfigError(f"unknown parameter(s) {', '.join(unknown)}; valid names: {', '.join(flat.names)}")
-    return flat.mask(lambda name: name in wanted)
+    out = flat.mask(lambda name: name in wanted and wanted[name] is None)
+    for name, part in wanted.items():
+        if part is None:
+            continue
+        i = flat.names.index(name)
+        part = torch.as_tensor(part)
+        if tuple(part.shape) != flat.shapes[i][1:]:
+            raise ConfigError(f"the mask of {name} has shape {tuple(part.shape)}; it must be the parameter's "
+                              f"{flat.shapes[i][1:]}")
+        out[flat.offsets[i] : flat.offsets[i] + flat.sizes[i]] = part.reshape(-1).to(out)
+    return out
 
 
 def _layer_count(flat: FlatLayout) -> int:
@@ -271,8 +283,17 @@ def _checked_loss(loss: Tensor, rows: int) -> Tensor:
     return loss
 
 
+def _check_pool(tokens: Tensor, targets: Tensor, axes: int, shape: str) -> None:
+    """Refuse a pool that is not two tensors with at least `axes` axes (`shape` says which)."""
+    for name, value in (("tokens", tokens), ("targets", targets)):
+        if not isinstance(value, Tensor) or value.dim() < axes:
+            got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+            raise ConfigError(f"{name} is {got}; it must be a tensor {shape}")
+
+
 def _check_inputs(model: nn.Module, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
                   mask: Tensor | None) -> None:
+    _check_pool(tokens, targets, 2, "[instances, examples, ...]")
     e, p = model.flat.data.shape
     if tokens.shape[0] != e or targets.shape[0] != e:
         raise ConfigError(f"tokens {tuple(tokens.shape)} and targets {tuple(targets.shape)} must have the "
@@ -309,7 +330,10 @@ def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, 
         flat.zero_grad()
         loss = _checked_loss(loss_fn(sampler_model, _gather(tokens, instance, index),
                                      _gather(targets, instance, index)), rows)
-        loss.sum().backward()
+        try:
+            loss.sum().backward()
+        except RuntimeError as err:
+            raise ConfigError(f"the backward pass of loss_fn failed: {error_line(err)}") from None
         with torch.no_grad():
             loss = loss.detach()
             finite = torch.isfinite(loss)
@@ -364,10 +388,12 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     chain draws its own shuffled minibatches. Any other `nn.Module` is one instance: `tokens`, `targets`
     are its pool [N, ...] and `loss_fn(model, inputs, targets)` returns a batch's mean loss, a scalar
     (devinterp's `evaluate`; `model` is callable like the module, on its chain's weights); the module's
-    own weights are never changed. As in devinterp 1.x, step i computes the minibatch loss at the current
-    weights, then moves (`sgld_step`); its loss is draw (i − burnin)/steps_between_draws when
-    i ≥ burnin and (i + 1 − burnin) is a multiple of steps_between_draws. With `mask` [P] only the
-    masked coordinates move (a restricted LLC). A chain whose loss becomes non-finite is frozen and
+    own weights and buffers are never changed (the chains read a copy of its buffers, in the module's
+    train/eval mode as it is), and its parameters with requires_grad=False do not move. As in devinterp
+    1.x, step i computes the minibatch loss at the current weights, then moves (`sgld_step`); its loss is
+    draw (i − burnin)/steps_between_draws when i ≥ burnin and (i + 1 − burnin) is a multiple of
+    steps_between_draws. With `mask` [P] only the masked coordinates move (a restricted LLC;
+    `parameter_mask` builds one by name for either kind). A chain whose loss becomes non-finite is frozen and
     left out of llc_mean and llc_std, with a warning.
 
     L(w*) averages `init_loss_batches` disjoint minibatches of the instance's pool, evaluated once on
@@ -375,10 +401,15 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     nβ × that batch's error (devinterp 1.x averages `num_chains` batches of its loader instead).
     Same settings and seed give identical numbers; only explicit generators are used.
     """
+    trainable = None
     if not is_ensemble(model):
+        _check_pool(tokens, targets, 1, "[examples, ...] (a plain module's pool)")
+        trainable = _trainable(model)
         model, loss_fn = ModuleEnsemble.wrap(model, loss_fn), ensemble_loss
         tokens, targets = tokens.unsqueeze(0), targets.unsqueeze(0)
     _check_inputs(model, tokens, targets, settings, mask)
+    if trainable is not None:
+        mask = trainable if mask is None else mask.to(trainable) * trainable
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
     device = model.flat.data.device
     tokens, targets = tokens.to(device), targets.to(device)
@@ -394,6 +425,18 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     used = replace(settings, nbeta=nbeta)
     messages = _diagnose(trace, init_np, per_chain, mean, died.cpu().numpy().reshape(e, c), used)
     return LLCResult(mean, std, per_chain, trace, init_np, messages, used.to_dict())
+
+
+def _trainable(module: nn.Module) -> Tensor | None:
+    """The mask of a plain module's parameters that require grad, None when all do: like devinterp,
+    SGLD leaves frozen parameters where they are."""
+    names = [name for name, param in module.named_parameters() if param.requires_grad]
+    if len(names) == len(list(module.parameters())):
+        return None
+    if not names:
+        raise ConfigError(f"every parameter of {type(module).__name__} has requires_grad=False; SGLD moves only "
+                          "trainable parameters")
+    return parameter_mask(module, names)
 
 
 def _chain_summary(per_chain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

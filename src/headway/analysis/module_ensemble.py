@@ -4,13 +4,14 @@ any model's chains the way it samples a headway ensemble's instances.
 The copies' weights live in one [R, P] buffer with the layout of an ensemble's `FlatParameters`
 (parameters in `named_parameters()` order, each flattened), so SGLD's whole-buffer step, the masks and
 the diagnostics are the same code for both kinds of model. One call of `batched_loss` evaluates every
-copy on its own batch with `vmap` over `functional_call`; buffers (e.g. BatchNorm statistics) are
-shared by the copies and read as they are.
+copy on its own batch with `vmap` over `functional_call`; buffers (e.g. BatchNorm statistics) are a
+private copy taken when the copies are made, shared by them and never written back to the module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -74,6 +75,7 @@ class ModuleEnsemble(nn.Module):
         self.loss_fn = loss_fn
         self.flat = StackedParameters(layout.names, [shape[1:] for shape in layout.shapes], weights)
         self.n_instances = weights.shape[0]
+        self.buffer_copies = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
 
     @classmethod
     def wrap(cls, module: nn.Module, loss_fn: ModuleLossFn) -> ModuleEnsemble:
@@ -87,24 +89,56 @@ class ModuleEnsemble(nn.Module):
 
     def batched_loss(self, inputs: Tensor, targets: Tensor) -> Tensor:
         """Loss [R] of every copy on its own batch (`inputs`, `targets` [R, B, ...])."""
-        module, loss_fn = self.inner[0], self.loss_fn
-        buffers = dict(module.named_buffers())
-
-        def one(params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
-            def call(*args: Any, **kwargs: Any) -> Any:
-                return torch.func.functional_call(module, {**params, **buffers}, args, kwargs)
-            return loss_fn(call, x, y)
-
         try:
-            loss = torch.func.vmap(one)(self.flat.views(), inputs, targets)
-        except RuntimeError as err:
-            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigError(f"the model and loss_fn cannot run as a batch of copies under torch.func.vmap "
-                              f"({first}); {_VMAP_ADVICE}") from None
+            with _unfused_attention():
+                loss = torch.func.vmap(self._loss)(self.flat.views(), inputs, targets)
+        except ConfigError:
+            raise
+        except Exception as err:  # the user's module and loss: any failure becomes one readable line
+            raise self._explain(err, inputs[0], targets[0]) from None
         if loss.shape != (self.n_instances,):
             raise ConfigError(f"loss_fn returned shape {tuple(loss.shape[1:])} per batch; for a plain module it "
                               "must return the batch's mean loss, a scalar")
         return loss
+
+    def _loss(self, params: dict[str, Tensor], inputs: Tensor, targets: Tensor) -> Tensor:
+        """loss_fn on one copy, the module called with `params` and the private buffers."""
+        module = self.inner[0]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return torch.func.functional_call(module, {**params, **self.buffer_copies}, args, kwargs)
+
+        return self.loss_fn(call, inputs, targets)
+
+    def _explain(self, batched: Exception, inputs: Tensor, targets: Tensor) -> ConfigError:
+        """Why the batched call failed: loss_fn fails on one copy alone (the inputs or the loss), or only
+        when batched by vmap (randomness, buffer updates, .item())."""
+        try:
+            with torch.no_grad():
+                self._loss({name: view[0] for name, view in self.flat.views().items()}, inputs, targets)
+        except Exception as alone:
+            return ConfigError(f"loss_fn(model, inputs, targets) fails on a batch of inputs {tuple(inputs.shape)} and "
+                               f"targets {tuple(targets.shape)}: {error_line(alone)}")
+        return ConfigError(f"the model and loss_fn cannot run as a batch of copies under torch.func.vmap "
+                           f"({error_line(batched)}); {_VMAP_ADVICE}")
+
+
+def error_line(err: Exception) -> str:
+    """An exception as one line (its type and first message line), for a ConfigError that names it."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0]}" if text else type(err).__name__
+
+
+@contextmanager
+def _unfused_attention() -> Iterator[None]:
+    """Turn off torch's fused inference kernels of nn.MultiheadAttention and nn.TransformerEncoderLayer:
+    under vmap they cannot see that the weights need gradients and take a kernel without a derivative."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
 
 
 def ensemble_loss(model: ModuleEnsemble, inputs: Tensor, targets: Tensor) -> Tensor:
