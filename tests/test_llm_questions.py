@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from headway.analysis.statistics import wilson_interval
 from headway.errors import ConfigError
-from headway.llm.scoring import parse_reply, pick_option, wilson_interval
+from headway.llm.scoring import parse_reply, pick_option
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, kinship, parse_formulations
 from headway.tasks.retrieval.prompts.harness import write_harness
 from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions, read_questions, write_questions

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
+from headway.analysis.statistics import wilson_interval
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, LoglikRequest
-from headway.llm.scoring import parse_reply, pick_option, wilson_interval
+from headway.llm.scoring import parse_reply, pick_option
 from headway.tasks.retrieval.prompts.questions import Question
 
 SCORINGS = ("loglik", "generate", "both")

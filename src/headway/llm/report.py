@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from headway.analysis.statistics import binomial_tail, detectable_accuracy
 from headway.errors import ConfigError
 from headway.llm.evaluate import METRICS
 from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
@@ -25,7 +26,9 @@ META_NAMES = {
     "cache_hits": "cache hits", "cache_misses": "cache misses",
 }
 ALL_METRICS = tuple(metric for metrics in METRICS.values() for metric in metrics)
-ABOVE_RULE = "(Wilson interval excludes chance)"
+ALPHA = 0.05  # level of the one-sided exact binomial test that calls a cell above chance
+POWER = 0.8  # the power at which a design's detectable accuracy is quoted beside every null result
+ABOVE_RULE = f"(one-sided exact binomial test against chance, p < {ALPHA:g})"
 
 
 def write_report(out: Path, results: pd.DataFrame, per_question: pd.DataFrame, questions: Sequence[Question],
@@ -50,7 +53,8 @@ def model_label(model_id: str) -> str:
 
 def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
     """One plain sentence on a formulation under `metric`: accuracy at the fewest and most hops, chance,
-    and up to how many hops the Wilson interval stays above chance, so the report's claims follow the numbers."""
+    the hop counts a one-sided exact binomial test calls above chance, and for the others the smallest
+    true accuracy the design would have detected, so the report's claims follow the numbers."""
     cell = results[(results.formulation == formulation) & (results.metric == metric)].sort_values("hops")
     if cell.empty:
         raise ConfigError(f"no results for formulation {formulation!r} with metric {metric!r}")
@@ -64,20 +68,43 @@ def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
     return f"{FORMULATIONS[formulation].label}: {trend} ({chance}); {_above_chance(cell)}"
 
 
+def chance_tests(cell: pd.DataFrame) -> pd.DataFrame:
+    """Per row of `results`: the one-sided exact binomial p-value of its count against chance
+    (`p_chance`) and the smallest true accuracy the test detects with POWER at its n (`detectable`)."""
+    rows = list(zip(cell.correct.astype(int), cell.n.astype(int), cell.chance.astype(float)))
+    return cell.assign(p_chance=[binomial_tail(k, n, c) for k, n, c in rows],
+                       detectable=[detectable_accuracy(n, c, ALPHA, POWER) for _, n, c in rows])
+
+
 def _above_chance(cell: pd.DataFrame) -> str:
-    """Where one formulation × metric is above chance: up to which hop count, then any later hop counts."""
+    """Where one formulation × metric is above chance: up to which hop count, then any later hop counts;
+    for the hop counts that are not, the smallest p-value and what the design could have detected."""
+    cell = chance_tests(cell)
     hops = [int(h) for h in cell.hops]
-    above = [int(h) for h in cell.hops[cell.ci_low > cell.chance]]
+    above = [int(h) for h in cell.hops[cell.p_chance < ALPHA]]
+    null = cell[cell.p_chance >= ALPHA]
     if not above:
-        return "not above chance at any hop count (no Wilson interval lies above chance)"
+        return (f"not above chance at any hop count (one-sided exact binomial test against chance: smallest "
+                f"p = {null.p_chance.min():.2f}); {_power(null)}")
     leading = list(takewhile(lambda h: h in above, hops))
+    caveat = f"; elsewhere, {_power(null)}" if len(null) else ""
     if not leading:
-        return f"above chance {ABOVE_RULE} only at {_hops(*above)}"
+        return f"above chance {ABOVE_RULE} only at {_hops(*above)}{caveat}"
     if leading == hops:
         return f"above chance {ABOVE_RULE} up to {_hops(hops[-1])}, the most tested"
     later = above[len(leading):]
     again = f", and again at {_hops(*later)}" if later else ""
-    return f"above chance {ABOVE_RULE} up to {_hops(leading[-1])}{again}"
+    return f"above chance {ABOVE_RULE} up to {_hops(leading[-1])}{again}{caveat}"
+
+
+def _power(null: pd.DataFrame) -> str:
+    """What a null result at these cells cannot rule out: the true accuracy detected with POWER at their n."""
+    levels = sorted({f"{d:.2f}" for d in null.detectable})
+    questions = sorted({int(n) for n in null.n})
+    where = levels[0] if len(levels) == 1 else ", ".join(
+        f"{d:.2f} at {_hops(h)}" for h, d in zip(null.hops, null.detectable))
+    return (f"with {'/'.join(map(str, questions))} questions per cell the test detects a true accuracy of {where} "
+            f"or more with {POWER:.0%} power, so these null results do not rule out a lower one")
 
 
 def _hops(*counts: int) -> str:
@@ -86,11 +113,12 @@ def _hops(*counts: int) -> str:
 
 
 def results_table(results: pd.DataFrame) -> pd.DataFrame:
-    """The results for reading: one row per formulation × metric × hops, accuracy, Wilson interval and
-    chance as percentages, and unparseable replies where generate mode ran."""
+    """The results for reading: one row per formulation × metric × hops, accuracy, Wilson interval, chance,
+    the one-sided p-value against chance and the accuracy detected with POWER, and unparseable replies
+    where generate mode ran."""
     keys, metrics = formulation_order(results.formulation), metric_order(results.metric)
-    rows = (results.assign(_f=results.formulation.map(keys.index), _m=results.metric.map(metrics.index))
-            .sort_values(["_f", "_m", "hops"]).reset_index(drop=True))
+    rows = chance_tests(results.assign(_f=results.formulation.map(keys.index), _m=results.metric.map(metrics.index))
+                        .sort_values(["_f", "_m", "hops"]).reset_index(drop=True))
     table = pd.DataFrame({
         "formulation": rows.formulation.map(lambda key: FORMULATIONS[key].label),
         "metric": rows.metric,
@@ -100,6 +128,8 @@ def results_table(results: pd.DataFrame) -> pd.DataFrame:
         "accuracy": rows.accuracy.map(_percent),
         "95% interval": [f"{_percent(low)} – {_percent(high)}" for low, high in zip(rows.ci_low, rows.ci_high)],
         "chance": rows.chance.map(_percent),
+        "p vs chance": rows.p_chance.map(lambda p: f"{p:.3f}"),
+        f"detectable ({POWER:.0%} power)": rows.detectable.map(_percent),
     })
     if "exact_match" in metrics:
         table["unparseable"] = pd.array(rows.unparseable.where(rows.metric == "exact_match"), dtype="Int64")
@@ -146,8 +176,10 @@ def _verdicts(report: Report, results: pd.DataFrame) -> None:
     report.section("Verdicts")
     report.paragraph(
         "Per formulation and metric: accuracy at the fewest and the most hops asked about, the chance level "
-        "(1 / number of options), and the hop counts at which the model is above chance, meaning the lower end "
-        "of the Wilson 95% interval lies above chance.")
+        "(1 / number of options), and the hop counts at which the model is above chance, meaning a one-sided "
+        f"exact binomial test of the count against chance gives p < {ALPHA:g}. Where a cell is not above chance, "
+        f"the verdict says which true accuracy the test would have detected with {POWER:.0%} power at that "
+        "number of questions: a null result rules out only accuracies above it.")
     report.bullets([verdict(results, key, metric) for key in formulation_order(results.formulation)
                     for metric in metric_order(results[results.formulation == key].metric)])
 
@@ -165,7 +197,9 @@ def _results(report: Report, results: pd.DataFrame) -> None:
     """The full results table, then (generate mode) how many replies could not be parsed per formulation."""
     table = results_table(results)
     report.section("Results")
-    report.table(table, "Accuracy per formulation × metric × hops, with the Wilson 95% interval and chance.",
+    report.table(table, "Accuracy per formulation × metric × hops, with the Wilson 95% interval, chance, the one-sided "
+                 f"exact binomial p-value against chance and the true accuracy that test detects with {POWER:.0%} "
+                 "power at the cell's n.",
                  max_rows=max(len(table), 1))
     generated = results[results.metric == "exact_match"]
     if generated.empty:

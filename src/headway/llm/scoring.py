@@ -1,13 +1,9 @@
-"""Scoring rules: options by log-likelihood (acc, acc_norm), replies by parsing, and Wilson intervals."""
+"""Scoring rules: options by log-likelihood (acc, acc_norm) and replies by parsing."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
-
-# Two-sided 95% normal quantile.
-Z95 = 1.959963984540054
 
 
 def pick_option(logliks: Sequence[float], choices: Sequence[str], normalise: bool) -> int:
@@ -41,13 +37,3 @@ def parse_reply(reply: str, choices: Sequence[str]) -> int | None:
     found = [i for i, o in enumerate(options) if _has_words(text, o)]
     found = [i for i in found if not any(j != i and _has_words(options[j], options[i]) for j in found)]
     return found[0] if len(found) == 1 else None
-
-
-def wilson_interval(successes: int, total: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (sensible at 0% and 100%, unlike the normal one)."""
-    if total <= 0:
-        return (math.nan, math.nan)
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (max(0.0, centre - half), min(1.0, centre + half))
