@@ -22,19 +22,6 @@ def wilson_interval(successes: int, total: int, z: float = Z95) -> tuple[float, 
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def fisher_exact(a: int, b: int, c: int, d: int) -> float:
-    """Two-sided p-value of Fisher's exact test on the table [[a, b], [c, d]]: the probability, with
-    the margins fixed, of a table no more likely than the one seen."""
-    row, col, n = a + b, a + c, a + b + c + d
-
-    def probability(x: int) -> float:
-        return math.comb(col, x) * math.comb(n - col, row - x) / math.comb(n, row)
-
-    seen = probability(a)
-    return min(1.0, sum(p for x in range(max(0, row + col - n), min(row, col) + 1)
-                        if (p := probability(x)) <= seen * (1 + 1e-9)))
-
-
 def binomial_tail(k: int, n: int, p: float) -> float:
     """P(X ≥ k) for X ~ Binomial(n, p), summed exactly: the one-sided p-value of k successes against p."""
     if k <= 0:

@@ -61,13 +61,16 @@ def plot_mode_map(final: pd.DataFrame, data_order: list[str]) -> Figure:
 
 def plot_mode_fractions(fractions: pd.DataFrame) -> Figure:
     """Fraction of seeds in each mode against the realised mean gap δ̄; solid with weight decay,
-    dashed without. `fractions` has columns weight_decay, mean_gap, mode, fraction, n."""
+    dashed without, with the Wilson intervals as error bars. `fractions` has columns weight_decay, mean_gap,
+    mode, fraction, ci_low, ci_high."""
     fig = Figure(figsize=(6.5, 4))
     ax = fig.subplots()
     for (wd, mode), frame in fractions.groupby(["weight_decay", "mode"]):
         frame = frame.sort_values("mean_gap")
-        ax.plot(frame.mean_gap, frame.fraction, marker="o", color=MODE_COLOURS[mode], ls="-" if wd else "--",
-                label=f"{mode.replace('_', '-')}, {_decay_label(wd)}")
+        error = [frame.fraction - frame.ci_low, frame.ci_high - frame.fraction]
+        ax.errorbar(frame.mean_gap, frame.fraction, yerr=error, marker="o", color=MODE_COLOURS[mode],
+                    ls="-" if wd else "--", capsize=2, elinewidth=0.8, alpha=0.85,
+                    label=f"{mode.replace('_', '-')}, {_decay_label(wd)}")
     ax.set(xlabel="mean gap δ̄ between adjacent sorted numbers (measured)", ylabel="fraction of seeds",
            ylim=(-0.03, 1.03), title="Which mode the heads settle into, by training data")
     ax.legend(fontsize=7, ncol=2)

@@ -18,7 +18,7 @@ from headway.studies.base import ANALYSIS, StudyData
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.tables import LEARNED, LLC_FALL, SortingTables, run_title, summary_json
-from headway.studies.sorting.verdicts import training_text
+from headway.studies.sorting.verdicts import share_text, training_text
 from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.sorting.modes import ModeThresholds, copy_sets
 
@@ -84,10 +84,12 @@ def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame,
     section.figure(save_figure(plot_mode_map(final, data_order), figures / "mode_map.png"),
                    "The mode of every trained model: seeds (rows) × training data (columns), per weight decay.")
     section.figure(save_figure(plot_mode_fractions(fractions), figures / "mode_fractions.png"),
-                   "Fraction of seeds (learned runs) in each mode against the measured mean gap δ̄.")
-    section.table(fractions.pivot_table(index=["data", "mean_gap", "weight_decay"], columns="mode",
-                                        values="count", fill_value=0).reset_index(),
-                  "Number of learned runs in each mode.", float_format="{:.2f}")
+                   "Fraction of seeds (learned runs) in each mode against the measured mean gap δ̄, with Wilson 95% "
+                   "intervals.")
+    shown = fractions.assign(cell=[share_text(int(k), int(n)) for k, n in zip(fractions["count"], fractions.n)])
+    section.table(shown.pivot(index=["data", "mean_gap", "weight_decay"], columns="mode", values="cell")
+                  .reset_index(), "Learned runs in each mode out of the learned runs of the cell, with the Wilson "
+                  "95% interval of the fraction.", float_format="{:.2f}")
     quantities = [c for c in final.columns if c.startswith(("copy_fraction", "suppress_fraction"))]
     section.table(final[["data", "weight_decay", "seed", "mode", *quantities, "overlap", "coverage",
                          "qk_similarity"]], "What the classifier measured, per model.")
