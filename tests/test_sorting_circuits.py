@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +12,10 @@ from headway.errors import ConfigError
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.plots.circuits import plot_circuits, plot_diagonal_scores
+from headway.studies.sorting.analyse import untrained_scores
+from headway.studies.sorting.plan import study_plan
+from headway.studies.sorting.tables import SortingTables
+from headway.studies.sorting.verdicts import sensitivity_text, threshold_sensitivity
 from headway.tasks.sorting import SortingConfig, encode, generate
 from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.tasks.sorting.effects import (
@@ -20,7 +25,15 @@ from headway.tasks.sorting.effects import (
     direct_logit_attribution,
     gap_bins,
 )
-from headway.tasks.sorting.modes import ModeThresholds, classify_modes, copy_sets, diagonal_scores
+from headway.tasks.sorting.modes import (
+    SWEEP,
+    ModeThresholds,
+    classify_modes,
+    copy_sets,
+    diagonal_scores,
+    noise_threshold,
+    threshold_sweep,
+)
 
 TASK = SortingConfig(length=10, values=51)
 TINY = SortingConfig(length=4, values=12)
@@ -392,3 +405,68 @@ def test_figures_show_both_circuits_and_the_scores(tmp_path):
     assert {line.get_ydata()[0] for line in ax.get_lines()[2:]} >= {threshold, -threshold}
     fig.savefig(tmp_path / "scores.png")
     assert (tmp_path / "circuits.png").stat().st_size > 0 and (tmp_path / "scores.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------- threshold sweep and its null
+
+
+def _row(level: float) -> torch.Tensor:
+    """One row of V entries: 25 of +1, 25 of −1 and the diagonal (last) entry with z-score `level`."""
+    base = torch.tensor([1.0, -1.0] * ((V - 1) // 2))
+    k, n = 1 - 1 / V, V
+    lift = level * ((n - 1) / n / (k * k - level * level * (n - 1) / n ** 2)) ** 0.5
+    return torch.cat([base, torch.tensor([lift])])
+
+
+def _ov_with_scores(levels: list[float]) -> torch.Tensor:
+    """[V, V] OV matrix whose row v has diagonal score levels[v] (the ±1 entries placed off the diagonal)."""
+    ov = torch.empty(V, V)
+    for v, level in enumerate(levels):
+        row = _row(level)
+        ov[v] = torch.cat([row[:v], row[-1:], row[v:-1]])
+    return ov
+
+
+def _owned(numbers: list[int], flank: float = 0.0) -> list[float]:
+    """Diagonal scores of a head that owns `numbers` (score 5) and scores `flank` on the others."""
+    return [5.0 if v in numbers else flank for v in range(V)]
+
+
+def test_threshold_sweep_shows_where_a_mode_flips():
+    low, high = list(range(25)), list(range(25, V))
+    flanked = torch.stack([_ov_with_scores(_owned(low)), _ov_with_scores(_owned(high, 3.25))])  # flanks at 3.25
+    shared = torch.stack([_ov_with_scores(_owned(low)), _ov_with_scores(_owned(high + list(range(13))))])
+    ov = torch.stack([flanked, shared])
+    scores = diagonal_scores(ov)
+    assert torch.allclose(scores[0, 1, :25], torch.full((25,), 3.25), atol=1e-4)
+    assert torch.allclose(scores[0, 0, :25], torch.full((25,), 5.0), atol=1e-4)
+    sweep = threshold_sweep(ov, _noise(9, 2, 2, V + 1, V))
+    assert len(sweep) == 2 * sum(len(values) for values in SWEEP.values())
+    copy = sweep[(sweep.threshold == "copy") & (sweep.instance == 0)].set_index("value")["mode"]
+    assert copy.to_dict() == {2.0: "overlapping", 2.5: "overlapping", 3.0: "overlapping", 3.5: "splitting",
+                              4.0: "splitting", 4.5: "splitting"}  # the flanks count below 3.25
+    overlap = sweep[(sweep.threshold == "max_overlap") & (sweep.instance == 1)].set_index("value")["mode"]
+    assert overlap.to_dict() == {0.2: "overlapping", 0.3: "splitting", 0.4: "splitting", 0.5: "splitting"}  # J = 13/51
+
+    final = pd.DataFrame({"run_id": ["a", "b"], "mode": ["splitting", "splitting"], "weight_decay": [0.0, 0.005],
+                          "data": "uniform", "seed": [0, 1], "val_accuracy": 0.99, "suppress_fraction_h0": 0.0})
+    tables = SortingTables(final=final, fractions=pd.DataFrame(), gap_test=None, development=[],
+                           weight_decays=(0.0, 0.005), ablation=pd.DataFrame(), dla=pd.DataFrame(),
+                           sweep=sweep.assign(run_id=sweep.instance.map({0: "a", 1: "b"})))
+    sensitivity = threshold_sensitivity(tables)
+    claim = "Vocabulary-splitting appears with and without weight decay"
+    statuses = sensitivity[(sensitivity.claim == claim) & (sensitivity.threshold == "copy")].set_index("value").status
+    assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"
+    assert sensitivity_text(sensitivity, claim, "reproduced") == (
+        "Same status over the threshold sweep at: copy 3.5, 4, 4.5 (not reproduced at copy 2, 2.5, 3); "
+        "max_overlap 0.3, 0.4, 0.5 (not reproduced at max_overlap 0.2).")
+
+
+def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():
+    """3.5 is the smallest half-integer beyond which a 2-head, 51-number model at initialisation expects
+    fewer than 0.05 copied-or-suppressed numbers: fixed by noise, not by the study's trained models."""
+    run = study_plan("cpu").runs()[0]
+    scores = untrained_scores(run, 300)
+    assert scores.shape == (300, 2, V) and abs(float(scores.std()) - 1) < 0.05
+    assert noise_threshold(scores, 2 * V) == ModeThresholds().copy
+    assert noise_threshold(scores, 2 * V, rate=0.5) < ModeThresholds().copy  # a looser noise budget: lower

@@ -20,7 +20,8 @@ from headway.runs.store import load_model
 from headway.studies.llc_trace import training_pool
 from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.tasks.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
-from headway.tasks.sorting.modes import classify_modes, diagonal_scores
+from headway.model.transformer import EnsembleTransformer
+from headway.tasks.sorting.modes import classify_modes, diagonal_scores, threshold_sweep
 from headway.tasks.sorting.task import SortingConfig, generate
 from headway.train.objective import run_loss
 
@@ -36,6 +37,21 @@ def load_circuits(analysis_dir: Path, ensemble: str) -> tuple[dict[str, torch.Te
         return {name: file.get_tensor(name) for name in names}, file.metadata()["run_ids"].split(",")
 
 
+def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: int = 250) -> torch.Tensor:
+    """Diagonal scores [instances, H, V] of randomly initialised models of `run`'s shape (seeds 0 …
+    instances − 1), measured as trained ones are: the noise the copy threshold is set against, with
+    no trained model seen."""
+    task = run.task
+    batch = torch.from_numpy(generate(task, examples, np.random.default_rng(ANALYSIS_SEED)).tokens)
+    scores = []
+    for start in range(0, instances, chunk):
+        seeds = list(range(start, min(start + chunk, instances)))
+        model = EnsembleTransformer.from_seeds(run.model, task.d_vocab, task.n_ctx, task.d_out, seeds, "cpu")
+        tokens = batch.expand(len(seeds), *batch.shape)
+        scores.append(diagonal_scores(ov_circuits(model, task, measure_readout_scale(model, tokens, task))))
+    return torch.cat(scores)
+
+
 def _circuit_state(model, task: SortingConfig, tokens: torch.Tensor):
     """OV, QK, diagonal scores and the mode table of every instance of `model`."""
     scale = measure_readout_scale(model, tokens, task)
@@ -46,7 +62,7 @@ def _circuit_state(model, task: SortingConfig, tokens: torch.Tensor):
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     examples: int, sgld: SGLDSettings, progress: bool, label: str
                     ) -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
-    """The tables final, ablation, dla, mode_curve and llc_final of the instances `members` (one task)
+    """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
     of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits."""
     run = runs[members[0]]
     task = run.task
@@ -73,5 +89,5 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         frame.insert(0, "step", step)
         curve.append(frame)
     tables = {"final": final, "ablation": ablation, "dla": dla, "mode_curve": pd.concat(curve, ignore_index=True),
-              "llc_final": result.to_frame()}
+              "llc_final": result.to_frame(), "mode_sweep": threshold_sweep(ov, qk)}
     return tables, {"ov": ov, "qk": qk, "scores": scores}

@@ -18,7 +18,7 @@ from headway.studies.base import ANALYSIS, StudyData
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.tables import LEARNED, LLC_FALL, SortingTables, run_title, summary_json
-from headway.studies.sorting.verdicts import share_text, training_text
+from headway.studies.sorting.verdicts import share_text, threshold_sensitivity, training_text
 from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.sorting.modes import ModeThresholds, copy_sets
 
@@ -29,6 +29,7 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     plan, final = data.plan, tables.final
     tables.final.to_csv(out / "results.csv", index=False)
     tables.fractions.to_csv(out / "mode_fractions.csv", index=False)
+    tables.sweep.to_csv(out / "mode_sweep.csv", index=False)
     curve = data.tables["llc_curve"]
     if len(curve):
         curve.drop(columns="loss_trace", errors="ignore").to_csv(out / "llc_curve.csv", index=False)
@@ -41,6 +42,7 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     _overview(report, data, final)
     _training_section(report, data.metrics, final, figures)
     _modes_section(report, final, tables.fractions, [data_label_of(d) for d in plan.data], figures)
+    _sweep_section(report, tables)
     _circuits_section(report, data, out, final, figures)
     _effects_section(report, tables, final, figures)
     _development_section(report, data, tables, figures)
@@ -96,6 +98,28 @@ def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame,
     section.table(final.groupby(["mode", "weight_decay"]).settled_step.describe()[["count", "min", "50%", "max"]]
                   .reset_index(), "Step from which each model's final mode holds at every later checkpoint "
                   "(the OV/QK circuits classified at each checkpoint).", float_format="{:.0f}")
+
+
+def _sweep_section(report: Report, tables: SortingTables) -> None:
+    """How the modes and the verdicts that rest on them move when one threshold of the mode rule moves."""
+    section = report.section("Threshold sensitivity")
+    t = ModeThresholds()
+    section.paragraph(
+        f"The copy threshold ({t.copy:g}) was fixed a priori from untrained heads of the study's shape: it is the "
+        "smallest half-integer beyond which a model's diagonal scores expect fewer than 0.05 spurious copied or "
+        "suppressed numbers under noise (docs/study-sorting.md). Each model's mode is recomputed from its final "
+        "circuits with one threshold changed at a time (`mode_sweep.csv`: run × threshold value → mode); below, "
+        "the mode counts at each value, and each mode-based verdict's status there.")
+    sweep = tables.sweep
+    if sweep.empty:
+        section.paragraph("No sweep was stored with this analysis.")
+        return
+    counts = sweep.groupby(["threshold", "value", "mode"], sort=False).size().unstack(fill_value=0).reset_index()
+    section.table(counts, "Models in each mode when one threshold takes each swept value (the others at their "
+                  "defaults).", float_format="{:g}")
+    sensitivity = threshold_sensitivity(tables)
+    section.table(sensitivity.pivot(index=["threshold", "value"], columns="claim", values="status").reset_index(),
+                  "Status of each verdict that rests on the modes, per swept threshold value.", float_format="{:g}")
 
 
 def _representatives(final: pd.DataFrame) -> pd.DataFrame:

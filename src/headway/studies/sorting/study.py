@@ -28,8 +28,8 @@ class SortingStudy(Study):
     doc = "docs/study-sorting.md"
     plan_class = SortingPlan
     scales = STUDY_SCALES
-    tables = ("final", "ablation", "dla", "mode_curve", "llc_final", "llc_curve")
-    version = 3
+    tables = ("final", "ablation", "dla", "mode_curve", "llc_final", "mode_sweep", "llc_curve")
+    version = 4
     plan: SortingPlan
 
     @classmethod

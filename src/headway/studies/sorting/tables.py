@@ -5,7 +5,7 @@ development; and the machine-readable summary."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,6 +41,7 @@ class SortingTables:
     weight_decays: tuple[float, ...]  # the plan's weight decays, in plan order
     ablation: pd.DataFrame
     dla: pd.DataFrame
+    sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run × swept threshold value: the mode
 
 
 def summarise(data: StudyData) -> SortingTables:
@@ -57,7 +58,7 @@ def summarise(data: StudyData) -> SortingTables:
         test["power"] = gap_power(final, rng)
     return SortingTables(final=final, fractions=fractions, gap_test=test, development=traced,
                          weight_decays=tuple(data.plan.weight_decays), ablation=data.tables["ablation"],
-                         dla=data.tables["dla"])
+                         dla=data.tables["dla"], sweep=mode_sweep(final, data.tables["mode_sweep"]))
 
 
 def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -87,6 +88,14 @@ def mode_fractions(final: pd.DataFrame) -> pd.DataFrame:
                          "n": len(group), "fraction": count / len(group), "ci_low": low, "ci_high": high})
     return pd.DataFrame(rows, columns=["data", "mean_gap", "weight_decay", "mode", "count", "n", "fraction",
                                        "ci_low", "ci_high"])
+
+
+def mode_sweep(final: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame:
+    """Per run × swept threshold value (`threshold_sweep`): the run's grid coordinates and its mode there."""
+    keep = ["run_id", "data", "weight_decay", "seed", "val_accuracy"]
+    return final[keep].merge(sweep[["run_id", "threshold", "value", "mode"]], on="run_id").sort_values(
+        ["threshold", "value", "data", "weight_decay", "seed"], ascending=[True, True, True, False, True],
+        ignore_index=True)
 
 
 def mode_settled(curve: pd.DataFrame) -> pd.DataFrame:

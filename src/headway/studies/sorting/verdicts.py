@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from headway.analysis.statistics import wilson_interval
@@ -15,10 +17,41 @@ GAP_CLAIM = "The gap distribution of the training data decides the final mode"
 def verdicts(tables: SortingTables) -> list[Verdict]:
     """Every claim the tables can speak to, in report order."""
     final = tables.final
-    checks = (learns_to_sort(final), splitting_with_and_without_decay(final, tables.weight_decays),
-              simple_modes(final), copy_suppression_found(final), gap_decides_mode(tables.gap_test, tables.fractions),
+    sensitivity = threshold_sensitivity(tables)
+    by_modes = [replace(v, evidence=f"{v.evidence} {sensitivity_text(sensitivity, v.claim, v.status)}")
+                if len(sensitivity) else v for v in mode_verdicts(final, tables.weight_decays)]
+    checks = (learns_to_sort(final), *by_modes, gap_decides_mode(tables.gap_test, tables.fractions),
               llc_rises_then_falls(tables))
     return [verdict for verdict in checks if verdict is not None]
+
+
+def mode_verdicts(final: pd.DataFrame, weight_decays: tuple[float, ...]) -> list[Verdict]:
+    """The verdicts that rest on each model's mode alone, in report order."""
+    return [splitting_with_and_without_decay(final, weight_decays), simple_modes(final),
+            copy_suppression_found(final)]
+
+
+def threshold_sensitivity(tables: SortingTables) -> pd.DataFrame:
+    """Per mode-based verdict and swept threshold value: its status with every model's mode read at
+    that value (columns claim, threshold, value, status)."""
+    rows = []
+    sweep = tables.sweep if len(tables.sweep) else pd.DataFrame(columns=["run_id", "threshold", "value", "mode"])
+    for (name, value), frame in sweep.groupby(["threshold", "value"], sort=False):
+        final = tables.final.drop(columns="mode").merge(frame[["run_id", "mode"]], on="run_id")
+        rows += [{"claim": v.claim, "threshold": name, "value": value, "status": v.status}
+                 for v in mode_verdicts(final, tables.weight_decays)]
+    return pd.DataFrame(rows, columns=["claim", "threshold", "value", "status"])
+
+
+def sensitivity_text(sensitivity: pd.DataFrame, claim: str, status: str) -> str:
+    """Over which swept values of each threshold the verdict on `claim` keeps `status`, and where it flips."""
+    parts = []
+    for name, frame in sensitivity[sensitivity.claim == claim].groupby("threshold", sort=False):
+        by_status = {s: ", ".join(f"{v:g}" for v in group.value) for s, group in frame.groupby("status", sort=False)}
+        holds = by_status.pop(status, "none")
+        flips = "; ".join(f"{s} at {name} {values}" for s, values in by_status.items())
+        parts.append(f"{name} {holds}" + (f" ({flips})" if flips else " (every value swept)"))
+    return f"Same status over the threshold sweep at: {'; '.join(parts)}."
 
 
 def decay_label(wd: float) -> str:

@@ -15,14 +15,19 @@ of the OV diagonal within its row. Modes, tested in this order:
 
 Defaults of `ModeThresholds` and why:
 
-- ``copy = 3.5``: half the score of a perfect copier (a one-hot row scores sqrt(V - 1), 7.1 for 51
-  numbers; lower the threshold for much smaller ranges). The score ignores magnitude: a head whose
-  diagonal is weak but clean in a quiet row scores nearly as high as the head that really writes
-  the number. In trained 2-head study models (51 numbers, 4 seeds) the numbers a head owns score
-  4.5–6 and the flanks of the other head's blocks 2–4, although there the other head's raw lift
-  is more than twice as large; a threshold of 2 counted those flanks as copied by both heads (Jaccard
-  up to 0.49, two of four interleaved-block models called overlapping), 3.5 leaves 0.10–0.25 and
-  still covers 96–100 % of the numbers. Noise passes 3.5 standard deviations for < 0.1 % of entries.
+- ``copy = 3.5``: fixed by noise alone, not tuned on trained models. In randomly initialised models
+  of the study's shape (2 heads, 51 numbers; ``headway.studies.sorting.analyse.untrained_scores``,
+  2000 seeds) the diagonal scores are close to standard normal (sd 1.00), and 3.5 is the smallest
+  half-integer beyond which (±) a model's 2 × 51 scores expect fewer than 0.05 spurious copied or
+  suppressed numbers (`noise_threshold`): 0.02 per model at 3.5, against 0.18 at 3.0 and 4.5 at 2.0
+  (a standard normal gives 0.05 at 3.5). It is also half the score of a perfect copier (a one-hot row
+  scores sqrt(V - 1), 7.1 for 51 numbers; lower the threshold for much smaller ranges). The value was
+  first picked by looking at trained study models (owned numbers score 4.5–6, the flanks of the other
+  head's blocks 2–4, and 2 called two of four interleaved-block models overlapping); the noise rule,
+  which does not look at them, gives the same value, and the study reports every mode and verdict
+  over a sweep of this threshold (`threshold_sweep`, copy 2–4.5) so that what rests on it is visible.
+  The score ignores magnitude: a head whose diagonal is weak but clean in a quiet row scores nearly
+  as high as the head that really writes the number.
 - ``min_fraction = 0.2``: two heads that split the range copy about half of it each; a fifth is far
   above the noise rate yet low enough to count a head that owns only one block of numbers.
 - ``qk_similar = 0.5``: a correlation of 0.5 between row-centred QK circuits means the two heads
@@ -37,7 +42,7 @@ Defaults of `ModeThresholds` and why:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -48,6 +53,8 @@ from headway.errors import ConfigError
 from headway.settings import Settings, check_number
 
 MODES = ("splitting", "copy_suppression", "overlapping", "other")
+# Values each threshold is swept over to show how far a model's mode (and a verdict) rests on it.
+SWEEP = {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
 
 
 @dataclass(frozen=True)
@@ -187,3 +194,23 @@ def _largest_pair(matrix: np.ndarray, heads: np.ndarray) -> float:
         return float("nan")
     sub = matrix[np.ix_(heads, heads)]
     return float(sub[~np.eye(len(heads), dtype=bool)].max())
+
+
+def threshold_sweep(ov: Tensor, qk: Tensor, sweep: dict[str, tuple[float, ...]] = SWEEP,
+                    base: ModeThresholds = ModeThresholds()) -> pd.DataFrame:
+    """One row per instance × swept value (columns instance, threshold, value, mode): the mode with that
+    one threshold of `base` changed, so a report can show where a model's label, and a verdict, flips."""
+    frames = [classify_modes(ov, qk, replace(base, **{name: value}))[["instance", "mode"]]
+              .assign(threshold=name, value=float(value)) for name, values in sweep.items() for value in values]
+    return pd.concat(frames, ignore_index=True)[["instance", "threshold", "value", "mode"]]
+
+
+def noise_threshold(null_scores: Tensor, entries: int, rate: float = 0.05, step: float = 0.5) -> float:
+    """Smallest multiple of `step` beyond which (±) a model with `entries` diagonal scores (heads ×
+    numbers) drawn like `null_scores` expects fewer than `rate` of them: a copy threshold set by noise
+    alone, before any trained model is seen."""
+    magnitude = null_scores.detach().abs().flatten().double()
+    threshold = step
+    while (magnitude > threshold).double().mean().item() * entries >= rate:
+        threshold += step
+    return threshold
