@@ -458,8 +458,12 @@ def test_threshold_sweep_shows_where_a_mode_flips():
     statuses = sensitivity[(sensitivity.claim == claim) & (sensitivity.threshold == "copy")].set_index("value").status
     assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"
     assert sensitivity_text(sensitivity, claim, "reproduced") == (
-        "Same status over the threshold sweep at: copy 3.5, 4, 4.5 (not reproduced at copy 2, 2.5, 3); "
-        "max_overlap 0.3, 0.4, 0.5 (not reproduced at max_overlap 0.2).")
+        "Threshold sweep: copy — same status at 3.5, 4, 4.5, not reproduced at 2, 2.5, 3; "
+        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2.")
+    steady = sensitivity.assign(status="reproduced")
+    assert sensitivity_text(steady, claim, "reproduced") == (
+        "Threshold sweep: copy — same status at every value swept (2–4.5); "
+        "max_overlap — same status at every value swept (0.2–0.5).")
 
 
 def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():

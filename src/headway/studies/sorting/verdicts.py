@@ -47,11 +47,13 @@ def sensitivity_text(sensitivity: pd.DataFrame, claim: str, status: str) -> str:
     """Over which swept values of each threshold the verdict on `claim` keeps `status`, and where it flips."""
     parts = []
     for name, frame in sensitivity[sensitivity.claim == claim].groupby("threshold", sort=False):
-        by_status = {s: ", ".join(f"{v:g}" for v in group.value) for s, group in frame.groupby("status", sort=False)}
-        holds = by_status.pop(status, "none")
-        flips = "; ".join(f"{s} at {name} {values}" for s, values in by_status.items())
-        parts.append(f"{name} {holds}" + (f" ({flips})" if flips else " (every value swept)"))
-    return f"Same status over the threshold sweep at: {'; '.join(parts)}."
+        values = {s: ", ".join(f"{v:g}" for v in group.value) for s, group in frame.groupby("status", sort=False)}
+        if set(values) == {status}:
+            parts.append(f"{name} — same status at every value swept ({frame.value.min():g}–{frame.value.max():g})")
+        else:
+            flips = [f"{other} at {shown}" for other, shown in values.items() if other != status]
+            parts.append(f"{name} — " + ", ".join([f"same status at {values.get(status, 'none')}", *flips]))
+    return f"Threshold sweep: {'; '.join(parts)}."
 
 
 def decay_label(wd: float) -> str:
