@@ -91,7 +91,8 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     out = tmp_path / "study"
     report = SortingStudy(small_plan(), out, device="cpu", progress=False).run()
     html = report.read_text()
-    for section in ("Head modes", "Circuits", "Ablations", "Development", "Claims", "Methods"):
+    for section in ("Head modes", "Threshold sensitivity", "Circuits", "Ablations", "Development", "Claims",
+                    "Methods"):
         assert section in html
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"] == 8 and sum(summary["modes"].values()) == 8
@@ -102,6 +103,12 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert abs(summary["realised_mean_gap"]["gap 1.5"] - 1.5) < 0.1
     results = pd.read_csv(out / "results.csv")
     assert len(results) == 8 and results["mode"].isin(["splitting", "copy_suppression", "overlapping", "other"]).all()
+    sweep = pd.read_csv(out / "mode_sweep.csv")  # every run at every swept threshold value, the default among them
+    assert len(sweep) == 8 * 10 and set(sweep.threshold) == {"copy", "max_overlap"}
+    at_default = sweep[(sweep.threshold == "copy") & (sweep.value == 3.5)].set_index("run_id")["mode"]
+    assert at_default.to_dict() == results.set_index("run_id")["mode"].to_dict()
+    fractions = pd.read_csv(out / "mode_fractions.csv")
+    assert (fractions.ci_low <= fractions.fraction).all() and (fractions.fraction <= fractions.ci_high).all()
     assert results.val_accuracy.between(0, 1).all() and results.ar_token_accuracy.between(0, 1).all()
     assert np.isfinite(results.llc).all()
     curve = pd.read_csv(out / "llc_curve.csv")
