@@ -12,7 +12,9 @@ from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.heads import head_scores, statement_patterns
 from headway.tasks.retrieval.interventions import HeadIntervention, head_effects, swap_roots
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.roles import attention_roles, circuit_check, name_circuit
+from headway.tasks.retrieval.faithfulness import circuit_check
+from headway.tasks.retrieval.paths import path_patching
+from headway.tasks.retrieval.roles import attention_roles, name_circuit
 from headway.tasks.retrieval.solver import solve
 
 TASK = RetrievalConfig(vocab=12, chains=3, hops=2)
@@ -119,15 +121,97 @@ def test_ablating_the_head_that_carries_the_answer_drops_to_chance_and_others_co
     assert effects.loc[0, "zero_accuracy"] < 0.2
     assert effects.loc[0, "mean_accuracy"] < 0.4  # the mean output favours no root over the others
     assert effects.loc[0, "patch_flip"] == pytest.approx(1.0)  # the swapped root is read out instead
-    for kind in ("zero", "mean", "patch"):
+    assert effects.loc[0, "resample_accuracy"] < 0.4  # another example's output names another root
+    for kind in ("zero", "mean", "resample", "patch"):
         assert abs(effects.loc[1, f"{kind}_drop"]) < 1e-9
     scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True))
     heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention)
     assert heads.set_index("head").loc[0, "role"] == "query→hop1"
     assert list(heads.in_circuit) == [True, False]
     check = circuit_check(heads, intervention).iloc[0]
-    assert check.circuit_ablated_accuracy < 0.4
-    assert check.rest_ablated_accuracy == 1.0
+    assert check.circuit_ablated_accuracy < 0.4 and check.circuit_resample_accuracy < 0.4
+    assert check.rest_ablated_accuracy == 1.0 and check.faithfulness > 0.99
+    assert check.minimal_circuit == "L1H0"
+    # of 2 heads, a random set of one is the circuit half the time: the null cannot be beaten here
+    assert check.random_sets == 49 and 0.3 < check.p_necessary < 0.75
+
+
+def _scores_and_effects(model: EnsembleTransformer, cfg: RetrievalConfig, seed: int):
+    batch = generate(cfg, 512, seed)
+    smap = map_statements(cfg, batch)
+    intervention = HeadIntervention(model, cfg, batch, smap)
+    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True))
+    return scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention
+
+
+def test_a_head_that_shares_the_attention_but_writes_nothing_stays_out_of_the_circuit():
+    """The audit's case: head 1 gets head 0's attention and W_O = 0, so its group drop is head 0's."""
+    cfg = RetrievalConfig(vocab=12, chains=3, hops=1, curriculum="none")
+    model = _retrieval_head_model(cfg)
+    with torch.no_grad():
+        attn = model.blocks[0].attn
+        for w in (attn.W_Q, attn.W_K, attn.W_V):
+            w[0, 1] = w[0, 0]
+        attn.W_O[0, 1] = 0.0
+    effects, intervention = _scores_and_effects(model, cfg, 5)
+    heads = name_circuit(effects, intervention).set_index("head")
+    assert list(heads.role) == ["query→hop1", "query→hop1"]  # same attention, same role and group
+    assert heads.loc[1, "group_drop"] > 0.5 and abs(heads.loc[1, "member_drop"]) < 1e-9
+    assert list(heads.in_circuit) == [True, False]
+
+
+def test_a_circuit_of_every_head_cannot_beat_random_sets_and_an_insufficient_one_is_flagged():
+    cfg = RetrievalConfig(vocab=12, chains=3, hops=1, curriculum="none")
+    model = _retrieval_head_model(cfg)
+    effects, intervention = _scores_and_effects(model, cfg, 6)
+    heads = name_circuit(effects, intervention)
+    everything = circuit_check(heads.assign(in_circuit=True), intervention).iloc[0]
+    assert everything.p_necessary == 1.0 and everything.p_sufficient == 1.0  # every set of size 2 is this set
+    useless = circuit_check(heads.assign(in_circuit=heads["head"] == 1), intervention).iloc[0]
+    assert useless.faithfulness < 0.1 and useless.minimal_heads == 1  # insufficient: returned whole, not searched
+
+
+def _two_layer_stack(cfg: RetrievalConfig) -> EnsembleTransformer:
+    """A hand-built two-layer model for D = 1 whose layer-1 head 0 writes the answer into the left-symbol
+    block of the query position (twice as strong as the query's own symbol there) and whose layer-2
+    head 0 attends from the query to itself and copies that block to the read-out: layer 2 reads what
+    layer 1 wrote, through its values only."""
+    model1 = _retrieval_head_model(cfg)
+    d = model1.cfg.d_model
+    model = EnsembleTransformer(ModelConfig(layers=2, heads=2, d_model=d, d_head=d, d_mlp=0, layernorm=False),
+                                cfg.d_vocab, cfg.n_ctx, cfg.d_out, 1)
+    v = cfg.vocab
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.embed.W_E.copy_(model1.embed.W_E)
+        for name in ("W_Q", "W_K", "W_V", "W_O"):
+            getattr(model.blocks[0].attn, name).copy_(getattr(model1.blocks[0].attn, name))
+        model.blocks[0].attn.W_O[0, 0, v : 2 * v, v : 2 * v] = 0.0  # layer 1 writes the answer elsewhere ...
+        model.blocks[0].attn.W_O[0, 0, v : 2 * v, 0:v] = 2.0 * torch.eye(v)  # ... into the left-symbol block
+        second = model.blocks[1].attn
+        second.W_Q[0, 0, 2 * v + 1, 0] = 100.0  # every position attends to the query marker's position: the
+        second.W_K[0, 0, 2 * v, 0] = 1.0  # query attends to itself (the others cannot see it)
+        second.W_V[0, 0, :v, :v] = torch.eye(v)  # layer 2 copies that block into the read-out block
+        second.W_O[0, 0, :v, v : 2 * v] = 2.0 * torch.eye(v)
+        model.unembed.W_U[0, v : 2 * v, :] = torch.eye(v)
+    return model
+
+
+def test_path_patching_sees_layer_two_read_what_layer_one_wrote_through_its_values():
+    cfg = RetrievalConfig(vocab=12, chains=3, hops=1, curriculum="none")
+    model = _two_layer_stack(cfg)
+    effects, intervention = _scores_and_effects(model, cfg, 7)
+    assert intervention.accuracy(intervention.clean_prediction)[0] == 1.0
+    heads = name_circuit(effects, intervention)
+    assert heads.set_index(["layer", "head"]).in_circuit.to_dict() == {(0, 0): True, (0, 1): False,
+                                                                        (1, 0): True, (1, 1): False}
+    paths = path_patching(heads, intervention).set_index("channel")
+    assert paths.loc["qkv", "senders"] == "L1H0" and paths.loc["qkv", "receivers"] == "L2H0"
+    assert paths.loc["qkv", "direct_drop"] > 0.5
+    assert paths.loc["v", "path_drop"] == pytest.approx(paths.loc["qkv", "direct_drop"], abs=0.02)
+    assert abs(paths.loc["q", "path_drop"]) < 0.02 and abs(paths.loc["k", "path_drop"]) < 0.02
+    assert abs(paths.loc["qkv", "other_drop"]) < 0.02  # layer 2's other head reads nothing from it
 
 
 def test_redundant_heads_are_named_by_their_group():

@@ -12,6 +12,7 @@ from headway.errors import ConfigError
 from headway.report.html import Report
 from headway.studies.modular import verdicts as modular
 from headway.studies.modular.tables import ModularTables, run_steps
+from headway.studies.retrieval import rules
 from headway.studies.retrieval import verdicts as retrieval
 from headway.studies.sorting import verdicts as sorting
 from headway.studies.sorting.plan import data_label_of, study_plan
@@ -36,18 +37,40 @@ def test_a_verdict_has_a_known_status_and_evidence():
 
 # --- retrieval ----------------------------------------------------------------------------------
 
-def minimal(rows: list[tuple[int, float, int]]) -> pd.DataFrame:
-    """Minimum-depth rows (hops, measured or NaN, bound) of the plain IC task, one variant."""
+def minimal(rows: list[tuple[int, float, int]], layers: tuple[int, ...] = (1, 2, 3)) -> pd.DataFrame:
+    """Minimum-depth rows (hops, measured or NaN, bound) of the plain IC task, one variant, `layers` trained."""
     return pd.DataFrame([{"part": "plain", "curriculum": "ic", "layout": "packed", "attention": "causal",
                           "order": "shuffled", "hops": d, "measured_min_layers": m, "bound": b,
-                          "max_layers_trained": 3} for d, m, b in rows])
+                          "max_layers_trained": max(layers),
+                          "bound_testable": b in layers and (b == 1 or b - 1 in layers)} for d, m, b in rows])
 
 
-def test_depth_law_is_reproduced_only_when_every_hop_count_agrees_with_the_bound():
-    assert retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2)])).status == "reproduced"
-    partly = retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2), (3, np.nan, 2)]))
-    assert partly.status == "partly reproduced" and "D=3: measured none ≤ 3, bound 2" in partly.evidence
-    assert retrieval.depth_law(minimal([(1, 1, 1), (3, 3, 2)])).status == "not reproduced"
+def test_the_depth_law_is_judged_only_where_it_can_fail():
+    """D = 1 and 2 agree with one hop per layer too: not testable, whatever they show."""
+    untestable = retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2)]))
+    assert untestable.status == "not testable" and "D=2: measured 2, bound 2 (not discriminating" in untestable.evidence
+    assert untestable.evidence.startswith("Refuted at a hop count D where the bound and one hop per layer differ")
+    assert retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2), (3, 2, 2)])).status == "reproduced"
+    linear = retrieval.depth_law(minimal([(1, 1, 1), (2, 2, 2), (3, 3, 2)]))  # one hop per layer: refuted
+    assert linear.status == "not reproduced" and "D=3: measured 3, bound 2 (a test)" in linear.evidence
+    unsolved = retrieval.depth_law(minimal([(3, np.nan, 2)]))  # the bound depth was trained and failed
+    assert unsolved.status == "not reproduced" and "D=3: measured none ≤ 3, bound 2" in unsolved.evidence
+    assert retrieval.depth_law(minimal([(3, 2, 2), (5, np.nan, 3)])).status == "partly reproduced"
+    shallow = retrieval.depth_law(minimal([(3, 2, 2), (4, 1, 2)]))  # one layer fewer than the bound solves
+    assert shallow.status == "partly reproduced"
+    no_bound_depth = retrieval.depth_law(minimal([(3, 3, 2)], layers=(3,)))  # bound depth 2 never trained
+    assert no_bound_depth.status == "not testable" and "not tested: the bound depth" in no_bound_depth.evidence
+
+
+def test_the_minimum_depth_table_says_whether_the_bound_was_testable():
+    from headway.studies.retrieval.depth import measured_min_layers
+
+    cells = pd.DataFrame([{"hops": d, "layers": layer, "solved": layer >= d} for d in (1, 3, 5) for layer in (2, 3)])
+    table = measured_min_layers(cells).set_index("hops")
+    assert table.bound.to_dict() == {1: 1, 3: 2, 5: 3}
+    assert table.bound_testable.to_dict() == {1: False, 3: False, 5: True}  # D=3 needs layer 1 trained too
+    assert table.measured_min_layers[1] == 2 and table.measured_min_layers[3] == 3
+    assert np.isnan(table.measured_min_layers[5]) and table.max_layers_trained[5] == 3
 
 
 def test_the_curriculum_contrast_needs_both_curricula_and_fails_when_answer_only_solves():
@@ -59,12 +82,42 @@ def test_the_curriculum_contrast_needs_both_curricula_and_fails_when_answer_only
     assert retrieval.curriculum_contrast(solved_without).status == "not reproduced"
 
 
-def test_a_circuit_that_leaves_accuracy_above_baseline_does_not_carry_the_answer():
-    mechanism = pd.DataFrame({"solved": [True, True, False], "circuit_carries_answer": [True, False, False],
-                              "circuit_ablated_accuracy": [0.25, 0.6, 0.2], "max_other_head_drop": [0.0, 0.01, 0.0]})
-    verdict = retrieval.circuit_carries_answer(mechanism)
-    assert verdict.status == "partly reproduced" and verdict.evidence.startswith("50% of 2 solved runs")
-    assert retrieval.circuit_carries_answer(mechanism[~mechanism.solved]) is None
+def mechanism_rows(**changes: list) -> pd.DataFrame:
+    """Two solved runs whose circuits pass every check, and an unsolved one; `changes` replaces columns."""
+    rows = {"solved": [True, True, False], "chance": [0.25] * 3, "circuit_ablated_accuracy": [0.25, 0.27, 0.2],
+            "circuit_resample_accuracy": [0.22, 0.24, 0.2], "max_other_head_drop": [0.0, 0.01, 0.0],
+            "faithfulness": [0.95, 0.9, 0.1], "rest_ablated_accuracy": [0.97, 0.95, 0.3],
+            "p_necessary": [0.02, 0.02, 1.0], "p_sufficient": [0.02, 0.04, 1.0], "random_sets": [49] * 3,
+            "random_ablated_accuracy": [0.9, 0.85, 0.5], "random_rest_accuracy": [0.3, 0.35, 0.3],
+            "circuit_heads": [2, 3, 0], "minimal_heads": [2, 2, 0], "minimal_faithfulness": [0.95, 0.85, 0.1],
+            "p_minimal_sufficient": [0.02, 0.02, 1.0]}
+    table = pd.DataFrame({**rows, **changes})
+    return table.assign(circuit_carries_answer=rules.carries_answer(table))
+
+
+def test_a_circuit_must_be_necessary_sufficient_and_better_than_random_sets():
+    passing = retrieval.circuit_carries_answer(mechanism_rows())
+    assert passing.status == "reproduced" and "Passing all: 2 of 2 solved runs" in passing.evidence
+    assert passing.evidence.startswith("Refuted for a run if mean-ablating its circuit leaves more than")
+    above_baseline = retrieval.circuit_carries_answer(mechanism_rows(circuit_ablated_accuracy=[0.25, 0.6, 0.2]))
+    assert above_baseline.status == "partly reproduced" and "necessary 1," in above_baseline.evidence
+    insufficient = retrieval.circuit_carries_answer(mechanism_rows(faithfulness=[0.95, 0.5, 0.1]))
+    assert insufficient.status == "partly reproduced" and "sufficient 1," in insufficient.evidence
+    like_random = mechanism_rows(p_necessary=[0.6, 1.0, 1.0], p_sufficient=[0.5, 1.0, 1.0])  # circuits of ~every head
+    assert retrieval.circuit_carries_answer(like_random).status == "not reproduced"
+    assert retrieval.circuit_carries_answer(mechanism_rows()[lambda f: ~f.solved]) is None
+
+
+def test_stacked_heads_verdict_needs_the_path_to_carry_what_the_senders_carry():
+    def paths(path: float, direct: float, other: float) -> pd.DataFrame:
+        return pd.DataFrame({"run_id": ["a"], "solved": [True], "channel": ["qkv"], "path_drop": [path],
+                             "direct_drop": [direct], "other_drop": [other]})
+
+    assert retrieval.stacked_heads_compose(paths(0.9, 0.95, float("nan"))).status == "reproduced"
+    assert retrieval.stacked_heads_compose(paths(0.3, 0.95, 0.0)).status == "not reproduced"  # < half
+    assert retrieval.stacked_heads_compose(paths(0.6, 0.95, 0.7)).status == "not reproduced"  # the null does as well
+    assert retrieval.stacked_heads_compose(paths(0.05, 0.05, 0.0)).status == "not testable"  # senders matter not
+    assert retrieval.stacked_heads_compose(paths(0.3, 0.95, 0.0), share=0.25).status == "reproduced"
 
 
 def emergence(order: str, share: float, ties: int, hops: int = 2) -> pd.DataFrame:
@@ -88,13 +141,21 @@ def test_a_single_seed_says_why_its_order_agreement_is_undefined_instead_of_prin
     assert "τ mean 1.00" in retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).evidence
 
 
-def test_reach_above_the_bound_refutes_theorem_1():
-    final = pd.DataFrame({"run_id": ["a"], "part": ["plain"], "curriculum": ["ic"]})
-    reach = pd.DataFrame({"run_id": ["a", "a"], "site": ["query", "query"], "layer": [1, 2], "reach": [1, 5],
-                          "bound_theorem": [1, 4]})
-    verdict = retrieval.reach_within_bound(final, reach)
-    assert verdict.status == "not reproduced" and verdict.evidence.startswith("1 of 2 (run, layer) pairs")
-    assert retrieval.reach_within_bound(final, reach.assign(reach=[1, 4])).status == "reproduced"
+def test_reach_verdict_fails_for_one_hop_per_layer_and_above_the_bound():
+    final = pd.DataFrame({"run_id": ["a", "b"], "part": ["plain"] * 2, "curriculum": ["ic"] * 2, "solved": [True, True]})
+
+    def reach(a: list[int], b: list[int]) -> pd.DataFrame:
+        return pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 3, "site": ["query"] * 6, "layer": [0, 1, 2] * 2,
+                             "reach": a + b, "bound_theorem": [0, 1, 4] * 2})
+
+    linear = retrieval.reach_beyond_one_hop_per_layer(final, reach([0, 1, 2], [0, 1, 2]))
+    assert linear.status == "not reproduced" and "one hop per layer: 0 of 2" in linear.evidence
+    assert retrieval.reach_beyond_one_hop_per_layer(final, reach([0, 1, 3], [0, 1, 2])).status == "partly reproduced"
+    assert retrieval.reach_beyond_one_hop_per_layer(final, reach([0, 1, 3], [0, 1, 4])).status == "reproduced"
+    above = retrieval.reach_beyond_one_hop_per_layer(final, reach([0, 1, 5], [0, 1, 4]))
+    assert above.status == "not reproduced" and "above ⌊3ᵗ/2⌋: 1 of 4" in above.evidence
+    unsolved = final.assign(solved=False)  # reach 0 everywhere satisfied the old bound check; it proves nothing
+    assert retrieval.reach_beyond_one_hop_per_layer(unsolved, reach([0, 0, 0], [0, 0, 0])) is None
 
 
 # --- sorting ------------------------------------------------------------------------------------
@@ -254,3 +315,12 @@ def test_modular_llc_claim_needs_the_peak_by_the_grokking_step():
     assert modular.llc_falls_at_grokking(early).status == "reproduced"
     assert modular.llc_falls_at_grokking(late).status == "not reproduced"
     assert modular.llc_falls_at_grokking(modular_tables(runs, [development("b", True)])).status == "not testable"
+
+
+def test_sensitivity_names_where_a_verdict_flips():
+    from headway.studies.retrieval.sensitivity import flips
+
+    table = pd.DataFrame({"claim": ["depth law"] * 3 + ["reach"] * 2, "threshold": ["solved"] * 3 + ["probe"] * 2,
+                          "value": [0.5, 0.9, 0.95, 0.8, 0.9], "default": [False, True, False, False, True],
+                          "status": ["reproduced", "reproduced", "not reproduced", "not reproduced", "not reproduced"]})
+    assert flips(table) == ["depth law — solved: reproduced at 0.5, 0.9; not reproduced at 0.95"]

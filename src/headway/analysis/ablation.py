@@ -3,7 +3,9 @@
 
 Selections are [E, L, H] boolean masks, so every instance of an ensemble can have its own heads
 replaced in the same forward pass. A selected slice is set to zero (`zero`), to its mean over a
-set of examples at each position (`mean`), or to the activation of another input (`patch`).
+set of examples at each position (`mean`), to its activation on another example of the same set
+(`resample`: a value the head really produces, unlike the mean), or to the activation of a chosen
+corrupted input (`patch`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from headway.errors import ConfigError
 from headway.model.hooks import Hook
 from headway.model.transformer import EnsembleTransformer
 
-KINDS = ("zero", "mean", "patch")
+KINDS = ("zero", "mean", "resample", "patch")
 Z = "attn.hook_z"  # the per-layer hook point every selection acts on
 
 
@@ -66,7 +68,8 @@ def mean_outputs(model: EnsembleTransformer, tokens: Tensor, chunk: int | None =
 def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str,
                    source: dict[str, Tensor] | None = None) -> dict[str, Hook]:
     """Hooks replacing the heads selected by `mask` [E, L, H]: with zero (`zero`) or with `source[name]`
-    (`mean`: from `mean_outputs`, `patch`: from `head_outputs` of the patching input), broadcast to z."""
+    (`mean`: from `mean_outputs`; `resample` and `patch`: from `head_outputs` of the resampled or
+    patching input), broadcast to z."""
     if kind not in KINDS:
         raise ConfigError(f"ablation kind = {kind!r} is unknown; choose one of {', '.join(KINDS)}")
     if kind != "zero" and source is None:

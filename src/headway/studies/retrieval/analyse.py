@@ -18,7 +18,10 @@ from headway.tasks.retrieval.heads import head_scores, statement_patterns
 from headway.tasks.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
 from headway.tasks.retrieval.probes import depth_probes
-from headway.tasks.retrieval.roles import attention_roles, circuit_check, name_circuit
+from headway.tasks.retrieval.faithfulness import circuit_check
+from headway.tasks.retrieval.paths import path_patching
+from headway.tasks.retrieval.roles import attention_roles, name_circuit
+from headway.tasks.retrieval.sensitivity import circuit_sensitivity
 from headway.tasks.retrieval.task import generate
 
 ANALYSIS_SEED = 20_240_601  # the examples analysed; fixed so every model is judged on the same questions
@@ -28,7 +31,7 @@ CURVE_EXAMPLES = 256  # of those, the ones scored at every checkpoint: attention
 
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     examples: int = EXAMPLES, curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
-    """Every analysis table (heads, circuit, head_curves, probes) for the instances `members` (one task) of the ensemble at `run_dir`,
+    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes) for the instances `members` (one task) of the ensemble at `run_dir`,
     `instance` indexing `members`."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
@@ -37,8 +40,11 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     model = load_model(run_dir, members, device=device)
     scores = attention_roles(head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal))
     intervention = HeadIntervention(model, task, batch, smap)
-    heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention)
+    effects = scores.merge(head_effects(intervention), on=["instance", "layer", "head"])
+    heads = name_circuit(effects, intervention)
     circuit = circuit_check(heads, intervention)
+    paths = path_patching(heads, intervention)
+    sensitivity = circuit_sensitivity(effects, intervention)
     probes = depth_probes(model, task, batch, smap)
     curves = []
     few = batch.subset(slice(0, curve_examples))
@@ -48,4 +54,5 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         frame = head_scores(statement_patterns(model, task, few.tokens), task, few_map, causal)
         frame.insert(0, "step", step)
         curves.append(frame)
-    return {"heads": heads, "circuit": circuit, "head_curves": pd.concat(curves, ignore_index=True), "probes": probes}
+    return {"heads": heads, "circuit": circuit, "paths": paths, "circuit_sensitivity": sensitivity,
+            "head_curves": pd.concat(curves, ignore_index=True), "probes": probes}

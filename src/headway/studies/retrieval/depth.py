@@ -25,11 +25,16 @@ def depth_table(metrics: pd.DataFrame, threshold: float = 0.9, by: tuple[str, ..
 
 
 def measured_min_layers(table: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Per (*by, hops): the fewest layers that solved it (NaN when none did), the most layers
-    trained, and the bound."""
+    """Per (*by, hops): the fewest layers that solved it (NaN when none did), the most layers trained,
+    the bound, and whether the bound and one layer fewer were both trained (what a test of the bound
+    needs: the bound depth must solve and one layer fewer fail)."""
     keys = [*by, "hops"]
-    out = table.groupby(keys).layers.max().rename("max_layers_trained").reset_index()
+    trained = table.groupby(keys).layers.agg(lambda layers: frozenset(layers.tolist())).rename("trained")
+    out = trained.reset_index()
+    out["max_layers_trained"] = [max(layers) for layers in out.trained]
     solved = table[table.solved].groupby(keys).layers.min().rename("measured_min_layers").reset_index()
     out = out.merge(solved, on=keys, how="left")
     out["bound"] = out.hops.map(min_layers)
-    return out[[*keys, "measured_min_layers", "bound", "max_layers_trained"]]
+    out["bound_testable"] = [bound in layers and (bound == 1 or bound - 1 in layers)
+                             for bound, layers in zip(out.bound, out.trained, strict=True)]
+    return out[[*keys, "measured_min_layers", "bound", "max_layers_trained", "bound_testable"]]

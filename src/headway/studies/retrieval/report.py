@@ -14,9 +14,12 @@ from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
+from headway.studies.retrieval.rules import NEAR_BASELINE
+from headway.studies.retrieval.sensitivity import flips
 from headway.studies.retrieval.tables import FACETS, SOLVED, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
 from headway.studies.verdict import Verdict, verdict_callouts
+from headway.tasks.retrieval.faithfulness import NULL_LEVEL, RANDOM_SETS, SUFFICIENT
 from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
 
 
@@ -37,6 +40,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _emergence_section(report, tables, figures)
     _probe_section(report, tables, figures)
     _conditional_section(report, tables.minimal)
+    _sensitivity_section(report, tables.sensitivity)
     _methods_section(report)
     report.section("All runs").table(tables.results, "Per run: final accuracy, circuit, probe reach, emergence order.")
     layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
@@ -105,15 +109,35 @@ def _mechanism_section(report: Report, runs_dir: Path, tables: RetrievalTables, 
     solved = mechanism[mechanism.solved]
     summary = (solved.groupby([*FACETS, "hops", "layers"])
                .agg(runs=("run_id", "size"), circuit_heads=("circuit_heads", "mean"),
+                    minimal_heads=("minimal_heads", "mean"),
                     clean=("val_accuracy", "mean"), circuit_ablated=("circuit_ablated_accuracy", "mean"),
-                    rest_ablated=("rest_ablated_accuracy", "mean"),
+                    circuit_resampled=("circuit_resample_accuracy", "mean"),
+                    random_ablated=("random_ablated_accuracy", "mean"),
+                    faithfulness=("faithfulness", "mean"), random_rest=("random_rest_accuracy", "mean"),
+                    p_necessary=("p_necessary", "max"), p_sufficient=("p_sufficient", "max"),
                     max_other_head_drop=("max_other_head_drop", "max"),
                     carries_answer=("circuit_carries_answer", "mean"),
                     common_roles=("circuit_roles", lambda s: s.value_counts().index[0]))
                .reset_index())
-    report.table(summary, "Solved runs per cell: circuit size, accuracy with the circuit mean-ablated and with "
-                          "everything else mean-ablated, the costliest single head outside the circuit, the share "
-                          "of runs whose circuit carries the answer, and the most common circuit.")
+    report.table(summary, "Solved runs per cell: circuit size and its minimal sufficient subset; accuracy with the "
+                          "circuit mean- and resample-ablated beside random head sets of the same size; faithfulness "
+                          "of the circuit alone (everything else mean-ablated) and the accuracy random sets keep "
+                          "alone; the largest p-values against the random sets; the costliest single head outside "
+                          "the circuit; the share of runs whose circuit passes every check; the most common circuit.")
+    if not tables.paths.empty:
+        report.paragraph(
+            "**Path patching.** The circuit heads of layer t−1 get their outputs from another example only along "
+            "the path into the circuit heads of layer t (their queries, keys and values, or one of them); the "
+            "accuracy lost says that layer t reads what layer t−1 wrote. Beside it: the same heads resampled along "
+            "every path, and patched into the other heads of layer t instead (the null).")
+        paths = (tables.paths[tables.paths.solved]
+                 .pivot_table(index=["hops", "layers", "receiver_layer"], columns="channel", values="path_drop")
+                 .add_prefix("path_drop_").reset_index())
+        direct = (tables.paths[tables.paths.solved & (tables.paths.channel == "qkv")]
+                  .groupby(["hops", "layers", "receiver_layer"])
+                  .agg(direct_drop=("direct_drop", "mean"), other_drop=("other_drop", "mean")).reset_index())
+        report.table(paths.merge(direct, on=["hops", "layers", "receiver_layer"]),
+                     "Mean accuracy lost per solved cell and receiving layer (0-based), by channel.")
 
 
 def _emergence_section(report: Report, tables: RetrievalTables, figures: Path) -> None:
@@ -170,6 +194,19 @@ def _conditional_section(report: Report, minimal: pd.DataFrame) -> None:
     report.table(conditional, "Conditional task: measured minimum depth per D beside the bound.")
 
 
+def _sensitivity_section(report: Report, sensitivity: pd.DataFrame) -> None:
+    if sensitivity.empty:
+        return
+    report.section("Threshold sensitivity")
+    report.paragraph(
+        "Every verdict that rests on a threshold, recomputed at each value of a sweep with the other thresholds "
+        "at their defaults (marked default). The thresholds were fixed before the study from chance levels and "
+        "the task's structure (Methods), not tuned on its models.")
+    changes = flips(sensitivity)
+    report.bullets(changes if changes else ["No verdict changes anywhere in its sweep."])
+    report.table(sensitivity, "Verdict status per threshold value.")
+
+
 def _methods_section(report: Report) -> None:
     score_text = ("**Head scores** (attention on 1024 fixed examples): `query_hop{j}` = attention from the query "
                   "to the queried chain's hop-j link; `link_next` / `link_prev` = attention from a chain link to the "
@@ -179,7 +216,11 @@ def _methods_section(report: Report) -> None:
                    "patching it from a root-swapped example (the answer exchanged with another chain's root "
                    "everywhere); the accuracy drop, and the share of answers flipped to the swapped root.")
     circuit_text = (f"**Circuit**: heads whose mean ablation alone costs ≥ {MIN_DROP} accuracy, plus heads with a "
-                    f"role whose (layer, role) group, ablated together, costs ≥ {MIN_DROP} (redundant heads).")
+                    f"role whose (layer, role) group, ablated together, costs ≥ {MIN_DROP} (redundant heads) and "
+                    f"that the group cannot lose without losing ≥ {MIN_DROP} (a head that does nothing stays out). "
+                    f"**Checks**: necessity (circuit ablated → baseline + {NEAR_BASELINE}), sufficiency (faithfulness "
+                    f"≥ {SUFFICIENT} with everything else ablated), a minimal sufficient subset by greedy elimination, "
+                    f"and {RANDOM_SETS} random head sets of the same size as the null (p ≤ {NULL_LEVEL}).")
     emergence_text = ("**Emergence step**: the first checkpoint from which the score stays ≥ initial + ½ (final − "
                       "initial); none if it rises by less than 0.2.")
     probe_text = ("**Probes**: ridge regression (λ = 0.01 per sample, standardised features) onto one-hot symbols; "

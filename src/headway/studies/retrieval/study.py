@@ -29,8 +29,8 @@ class RetrievalStudy(Study):
     plan_class = RetrievalPlan
     scales = STUDY_SCALES
     run_settings = ("steps", "vocab")
-    tables = ("heads", "circuit", "head_curves", "probes")
-    version = 3
+    tables = ("heads", "circuit", "paths", "circuit_sensitivity", "head_curves", "probes")
+    version = 4
 
     @classmethod
     def plan_for(cls, scale: str) -> RetrievalPlan:

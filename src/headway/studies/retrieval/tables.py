@@ -15,14 +15,17 @@ from headway.analysis.emergence import emergence_table, order_consistency
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
 from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.studies.retrieval.rules import REACH_ACCURACY, SOLVED, carries_answer
+from headway.studies.retrieval.sensitivity import REACH_SWEEP, verdict_sensitivity
 from headway.studies.verdict import Verdict
 from headway.tasks.retrieval.probes import probe_reach
 from headway.tasks.retrieval.roles import role_columns
 
 FACETS = ("part", "curriculum", "layout", "attention", "order")
-SOLVED = 0.9
-NEAR_BASELINE = 0.1  # a circuit "carries the answer" when ablating it leaves at most baseline + this
-OTHER_HEAD_LIMIT = 0.05  # ... and ablating any single head outside it costs less than this
+CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy", "circuit_resample_accuracy", "rest_ablated_accuracy",
+                   "rest_resample_accuracy", "all_ablated_accuracy", "faithfulness", "minimal_heads", "minimal_circuit",
+                   "minimal_faithfulness", "random_sets", "random_ablated_accuracy", "random_rest_accuracy", "p_necessary",
+                   "p_sufficient", "random_minimal_rest_accuracy", "p_minimal_sufficient")
 
 
 @dataclass
@@ -32,7 +35,9 @@ class RetrievalTables:
     final: pd.DataFrame  # one row per run (final_runs)
     depth: pd.DataFrame  # accuracy per facet × hops × layers (depth_table)
     minimal: pd.DataFrame  # measured minimum depth per facet × hops
-    mechanism: pd.DataFrame  # per run: circuit, ablations, whether it carries the answer
+    mechanism: pd.DataFrame  # per run: circuit, ablations, faithfulness, random-set null, whether it carries the answer
+    paths: pd.DataFrame  # path patching between consecutive circuit layers, per run and channel
+    sensitivity: pd.DataFrame  # each threshold-dependent verdict recomputed over its threshold
     reach: pd.DataFrame  # probe reach per run, site and layer
     curves: pd.DataFrame  # role scores of the circuit groups over checkpoints
     hops: pd.DataFrame  # per-hop validation accuracy over training
@@ -51,12 +56,18 @@ def summarise(data: StudyData) -> RetrievalTables:
     mechanism = mechanism_table(final, heads, circuit)
     facets = tuple(f for f in FACETS if f in final.columns)
     depth = depth_table(metrics, threshold=SOLVED, by=facets)
+    paths = data.tables["paths"].merge(final[["run_id", "hops", "layers", "solved"]], on="run_id") \
+        if len(data.tables["paths"]) else pd.DataFrame()
     reach = probe_reach_table(data.tables["probes"], final)
     curves = role_curves(heads, data.tables["head_curves"], final)
     hops = hop_curves(metrics)
     cells = ic_cells(final)
-    return RetrievalTables(final=final, depth=depth, minimal=measured_min_layers(depth, by=facets),
-                           mechanism=mechanism, reach=reach, curves=curves, hops=hops,
+    minimal = measured_min_layers(depth, by=facets)
+    reach_at = {threshold: probe_reach_table(data.tables["probes"], final, threshold) for threshold in REACH_SWEEP}
+    sensitivity = verdict_sensitivity(metrics, facets, mechanism, data.tables["circuit_sensitivity"], final,
+                                      paths, reach_at)
+    return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
+                           sensitivity=sensitivity, reach=reach, curves=curves, hops=hops,
                            emergence=emergence_summary(curves, cells), hop_emergence=emergence_summary(hops, cells),
                            results=results_table(mechanism, reach, curves), heads=heads,
                            probes=data.tables["probes"])
@@ -72,19 +83,18 @@ def final_runs(metrics: pd.DataFrame) -> pd.DataFrame:
 
 
 def mechanism_table(final: pd.DataFrame, heads: pd.DataFrame, circuit: pd.DataFrame) -> pd.DataFrame:
-    """Per run: the circuit's heads and roles, accuracy with it ablated, and the costliest other head."""
+    """Per run: the circuit's heads and roles, its necessity, sufficiency and random-set null, the
+    costliest other head, and whether the circuit carries the answer (`carries_answer`)."""
     inside = heads[heads.in_circuit]
     signature = (inside.assign(name=lambda f: "L" + (f.layer + 1).astype(str) + " " + f.role)
                  .groupby("run_id").name.agg(lambda names: ", ".join(sorted(set(names)))))
     outside = heads[~heads.in_circuit]
     worst_other = outside.groupby("run_id")[["mean_drop", "zero_drop"]].max().max(axis=1)
     table = final[["run_id", *FACETS, "hops", "layers", "seed", "val_accuracy", "solved", "chance"]].merge(
-        circuit[["run_id", "circuit_heads", "circuit_ablated_accuracy", "rest_ablated_accuracy"]], on="run_id")
+        circuit[["run_id", *CIRCUIT_COLUMNS]], on="run_id")
     table["circuit_roles"] = table.run_id.map(signature).fillna("")
     table["max_other_head_drop"] = table.run_id.map(worst_other).fillna(0.0)
-    table["circuit_carries_answer"] = (
-        (table.circuit_ablated_accuracy <= table.chance + NEAR_BASELINE)
-        & (table.max_other_head_drop < OTHER_HEAD_LIMIT))
+    table["circuit_carries_answer"] = carries_answer(table)
     return table
 
 
@@ -138,11 +148,11 @@ def emergence_summary(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame
     return pd.DataFrame(rows)
 
 
-def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
-    """Probe reach per run, site and layer."""
+def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame, threshold: float = REACH_ACCURACY) -> pd.DataFrame:
+    """Probe reach per run, site and layer (a hop counts as decoded at probe accuracy ≥ `threshold`)."""
     if probes.empty:
         return pd.DataFrame(columns=["run_id", "site", "layer", "reach", "bound_theorem", "tripling"])
-    frames = [probe_reach(group).assign(run_id=run_id) for run_id, group in probes.groupby("run_id")]
+    frames = [probe_reach(group, threshold).assign(run_id=run_id) for run_id, group in probes.groupby("run_id")]
     return pd.concat(frames, ignore_index=True).merge(final[["run_id"]], on="run_id")
 
 
@@ -171,6 +181,8 @@ def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdic
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
         "verdicts": [v.to_dict() for v in verdicts], "minimum_depth": records(tables.minimal),
         "mechanism": records(tables.mechanism.drop(columns=["run_id"])),
+        "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),
+        "threshold_sensitivity": records(tables.sensitivity),
         "emergence": records(tables.emergence), "hop_emergence": records(tables.hop_emergence),
         "probe_reach": records(tables.reach),
     }

@@ -1,4 +1,4 @@
-"""Causal checks on the heads of retrieval models: zero and mean ablation, and activation patching
+"""Causal checks on the heads of retrieval models: zero, mean and resample ablation, and activation patching
 from a corrupted example, scored on the answer (the replacement itself is `headway.analysis.ablation`).
 Interventions act on all instances of an ensemble at once, each instance with its own choice of
 heads ([E, L, H] masks), so one forward measures every instance.
@@ -11,6 +11,8 @@ the corrupted answer carries the answer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import torch
@@ -18,6 +20,7 @@ from torch import Tensor
 
 from headway.analysis.ablation import KINDS, ablation_hooks, head_outputs, mean_outputs, single_heads, z_names
 from headway.analysis.inputs import instance_tokens
+from headway.model.hooks import Hook
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.arrays import encode_rows
 from headway.tasks.retrieval.positions import StatementMap
@@ -56,17 +59,42 @@ class HeadIntervention:
         self.corrupted_answer = torch.as_tensor(corrupted_answer, device=self.device)
         with torch.no_grad():
             self.clean_prediction = self._predict(model.run_with_cache(self.tokens, z_names(model))[0])
-        self.sources = {"mean": mean_outputs(model, self.tokens), "patch": head_outputs(model, self.corrupted)}
+        resampled = self.tokens.roll(1, dims=1)  # each example takes the head outputs of the one before it
+        self.sources = {"mean": mean_outputs(model, self.tokens), "resample": head_outputs(model, resampled),
+                        "patch": head_outputs(model, self.corrupted)}
 
     def _predict(self, out: Tensor) -> Tensor:
         """Predicted answer symbol [E, B]: argmax of the final-hop block of the readout."""
         return out[..., -self.cfg.vocab :].argmax(dim=-1)
 
     @torch.no_grad()
-    def run(self, mask: Tensor, kind: str) -> Tensor:
-        """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated or patched."""
-        hooks = ablation_hooks(self.model, mask, kind, self.sources.get(kind))
+    def run_with(self, hooks: dict[str, Hook]) -> Tensor:
+        """Predicted answers [E, B] with any hooks (e.g. path patching's) in place."""
         return self._predict(self.model(self.tokens, hooks=hooks))
+
+    @torch.no_grad()
+    def run(self, mask: Tensor, kind: str) -> Tensor:
+        """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated,
+        resample-ablated or patched."""
+        return self.run_with(ablation_hooks(self.model, mask, kind, self.sources.get(kind)))
+
+    def ablated_accuracy(self, choices: Sequence[Sequence[np.ndarray]], kind: str = "mean") -> list[np.ndarray]:
+        """Accuracy of each instance with each of its own head selections ablated: `choices[e]` lists
+        [L, H] boolean masks of instance e, and the k-th selections of all instances share forward k,
+        so the cost is the longest list, not the sum."""
+        if len(choices) != self.model.n_instances:
+            raise ValueError(f"{len(choices)} choice lists for {self.model.n_instances} instances")
+        out = [np.full(len(mine), np.nan) for mine in choices]
+        for k in range(max((len(mine) for mine in choices), default=0)):
+            mask = torch.zeros(self.model.n_instances, self.layers, self.heads, dtype=torch.bool)
+            for e, mine in enumerate(choices):
+                if k < len(mine):
+                    mask[e] = torch.as_tensor(mine[k])
+            accuracy = self.accuracy(self.run(mask, kind))
+            for e, mine in enumerate(choices):
+                if k < len(mine):
+                    out[e][k] = accuracy[e]
+        return out
 
     def accuracy(self, prediction: Tensor) -> np.ndarray:
         """Share of examples answered correctly, per instance [E]."""

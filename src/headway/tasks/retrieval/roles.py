@@ -1,4 +1,4 @@
-"""The rule that turns head scores and ablation effects into roles and a circuit (docs/heads.md).
+"""The rule that turns head scores and ablation effects into roles and a circuit (docs/study-retrieval.md).
 
 1. Attention role: the head's largest score from the query, among `query_hop{j}` (role
    `query→hop{j}`) and, conditional, `query_class` / `query_rule`, if it is at least `threshold`;
@@ -7,17 +7,21 @@
    that attends from every position to "the link continuing my symbol" scores high on both
    `query_hop{j}` and `link_next`, and on the answer's path it acts at the query.
 2. Causal evidence, by mean ablation: a head is in the circuit when ablating it alone drops
-   accuracy by at least `min_drop` (evidence `alone`), or when it has an attention role and
-   ablating every head of its (layer, role) group together does (evidence `group`: redundant
-   heads that stand in for each other). A causal head with no attention role keeps role `none`
-   and is reported as unexplained.
+   accuracy by at least `min_drop` (evidence `alone`), or when it has an attention role, ablating
+   every head of its (layer, role) group together drops accuracy by at least `min_drop`, AND the
+   group loses at least `min_drop` by losing this head (group ablated vs the group without this
+   head ablated; evidence `group`). The group check finds redundant heads that stand in for each
+   other; the member check keeps out a head that only shares the group's attention and does nothing.
+   A causal head with no attention role keeps role `none` and is reported as unexplained.
+
+How well the circuit explains the model (sufficiency, a minimal subset, random head sets as the
+null) is `headway.tasks.retrieval.faithfulness`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import torch
 
 from headway.tasks.retrieval.interventions import HeadIntervention
 
@@ -56,51 +60,57 @@ def attention_roles(scores: pd.DataFrame, threshold: float = THRESHOLD) -> pd.Da
 
 
 def name_circuit(heads: pd.DataFrame, intervention: HeadIntervention, min_drop: float = MIN_DROP) -> pd.DataFrame:
-    """`heads` (scores with roles, and `mean_drop` from head_effects) with `group_drop`,
+    """`heads` (scores with roles, and `mean_drop` from head_effects) with `group_drop`, `member_drop`,
     `in_circuit` and `evidence` added (step 2 of the rule)."""
     out = heads.sort_values(["instance", "layer", "head"]).reset_index(drop=True)
-    out["group_drop"] = _group_drops(out, intervention)
-    alone = out.mean_drop >= min_drop
-    group = (out.role != "none") & (out.group_drop >= min_drop)
-    out["in_circuit"] = alone | group
-    out["evidence"] = np.where(alone, "alone", np.where(group, "group", "-"))
+    out["group_drop"], out["member_drop"] = group_drops(out, intervention)
+    out["in_circuit"], out["evidence"] = circuit_membership(out, min_drop)
     return out
 
 
-def circuit_check(heads: pd.DataFrame, intervention: HeadIntervention) -> pd.DataFrame:
-    """Per instance: clean accuracy, accuracy with the whole named circuit mean-ablated, and with
-    every head outside it mean-ablated (does the circuit carry the answer, and suffice?)."""
-    inside = _mask(heads, heads.in_circuit.to_numpy(), intervention)
+def circuit_membership(heads: pd.DataFrame, min_drop: float) -> tuple[np.ndarray, np.ndarray]:
+    """Step 2 of the rule on measured drops: (in_circuit, evidence) per row of `heads`. A head is in
+    alone, or through its role group when the group matters and the head matters within it."""
+    alone = (heads.mean_drop >= min_drop).to_numpy()
+    group = ((heads.role != "none") & (heads.group_drop >= min_drop) & (heads.member_drop >= min_drop)).to_numpy()
+    return alone | group, np.where(alone, "alone", np.where(group, "group", "-"))
+
+
+def head_grid(rows: pd.DataFrame, layers: int, n_heads: int) -> np.ndarray:
+    """[L, H] boolean mask of the (layer, head) pairs in `rows` (rows of one instance)."""
+    grid = np.zeros((layers, n_heads), dtype=bool)
+    grid[rows.layer.to_numpy(), rows["head"].to_numpy()] = True
+    return grid
+
+
+def group_drops(heads: pd.DataFrame, intervention: HeadIntervention) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `heads` (sorted, index 0..n-1): the mean-ablation drop of its (layer, role) group, and
+    its member drop — accuracy with the group minus this head ablated, less accuracy with the whole group
+    ablated (how much the group loses by losing this head; the group drop for a group of one). NaN
+    for heads without a role. A head that does nothing has member drop 0 whatever its group does."""
+    n_instances, layers, n_heads = intervention.model.n_instances, intervention.layers, intervention.heads
     clean = intervention.accuracy(intervention.clean_prediction)
-    return pd.DataFrame({
-        "instance": np.arange(len(clean)),
-        "clean_accuracy": clean,
-        "circuit_ablated_accuracy": intervention.accuracy(intervention.run(inside, "mean")),
-        "rest_ablated_accuracy": intervention.accuracy(intervention.run(~inside, "mean")),
-        "circuit_heads": heads.groupby("instance").in_circuit.sum().reindex(range(len(clean)), fill_value=0).to_numpy(),
-    })
-
-
-def _mask(heads: pd.DataFrame, selected: np.ndarray, intervention: HeadIntervention) -> torch.Tensor:
-    mask = torch.zeros(intervention.model.n_instances, intervention.layers, intervention.heads, dtype=torch.bool)
-    rows = heads[selected]
-    mask[rows.instance.to_numpy(copy=True), rows.layer.to_numpy(copy=True), rows["head"].to_numpy(copy=True)] = True
-    return mask
-
-
-def _group_drops(heads: pd.DataFrame, intervention: HeadIntervention) -> np.ndarray:
-    """Mean-ablation drop of each head's (layer, role) group; NaN for heads without a role.
-    Instance e ablates its k-th group in forward k, so all instances share each forward pass."""
-    by_instance: dict[int, list] = {}
-    for (instance, _, _), index in heads[heads.role != "none"].groupby(["instance", "layer", "role"]).groups.items():
-        by_instance.setdefault(instance, []).append(index)
-    clean = intervention.accuracy(intervention.clean_prediction)
-    drops = np.full(len(heads), np.nan)
-    for k in range(max((len(v) for v in by_instance.values()), default=0)):
-        selected = np.zeros(len(heads), dtype=bool)
-        for members in by_instance.values():
-            if k < len(members):
-                selected[members[k]] = True
-        accuracy = intervention.accuracy(intervention.run(_mask(heads, selected, intervention), "mean"))
-        drops[selected] = (clean - accuracy)[heads.instance.to_numpy()[selected]]
-    return drops
+    choices: list[list[np.ndarray]] = [[] for _ in range(n_instances)]
+    owners: list[list[tuple[str, np.ndarray]]] = [[] for _ in range(n_instances)]  # what each choice measures
+    for (instance, _, _), group in heads[heads.role != "none"].groupby(["instance", "layer", "role"]):
+        whole = head_grid(group, layers, n_heads)
+        choices[instance].append(whole)
+        owners[instance].append(("group", group.index.to_numpy()))
+        if len(group) > 1:
+            for index, row in group.iterrows():
+                without = whole.copy()
+                without[row.layer, row["head"]] = False
+                choices[instance].append(without)
+                owners[instance].append(("member", np.array([index])))
+    accuracies = intervention.ablated_accuracy(choices)
+    group_drop, member_drop = np.full(len(heads), np.nan), np.full(len(heads), np.nan)
+    for instance in range(n_instances):
+        group_accuracy = np.nan
+        for (kind, rows), accuracy in zip(owners[instance], accuracies[instance], strict=True):
+            if kind == "group":
+                group_accuracy = accuracy
+                group_drop[rows] = clean[instance] - accuracy
+                member_drop[rows] = clean[instance] - accuracy  # kept for a group of one
+            else:
+                member_drop[rows] = accuracy - group_accuracy
+    return group_drop, member_drop
