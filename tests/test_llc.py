@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,8 +15,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from headway.analysis.llc import (
+    MIN_ACCEPTANCE,
     LLCResult,
+    MalaScore,
     SGLDSettings,
+    anchor_loss,
     default_nbeta,
     estimate_llc,
     head_mask,
@@ -152,7 +157,10 @@ def test_regular_model_recovers_half_the_dimension(d):
     result = estimate_llc(model, half_mse, x, y, SGLDSettings(**MANY, **REGULAR))
     assert result.llc_mean.shape == (2,)
     np.testing.assert_allclose(result.llc_mean, d / 2, rtol=0.10)
-    assert result.warnings == []
+    # nβ = 26 times the batch-to-batch noise of a 128-example loss (≈ 0.06) keeps the minibatch MALA
+    # acceptance near 0.6 at any step: only that diagnostic fires, although λ̂ is right
+    assert all("MALA acceptance" in w for w in result.warnings)
+    assert 0.5 < result.acceptance.min() < MIN_ACCEPTANCE
 
 
 def test_restricted_llc_counts_only_the_free_coordinates():
@@ -198,9 +206,9 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
     gap = abs(first.llc_mean[0] - first.llc_mean[1])
     assert gap <= 3 * math.hypot(*se_of_mean(first))
     frame = first.to_frame()
-    assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "init_loss",
-                                   *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings"]
-    assert frame.shape == (2, 12)
+    assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "llc_se", "init_loss", "init_loss_se",
+                                   "acceptance", *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings"]
+    assert frame.shape == (2, 15)
     assert first.settings["nbeta"] == pytest.approx(default_nbeta(128)) == pytest.approx(128 / math.log(128))
 
 
@@ -333,7 +341,7 @@ def test_init_loss_averages_distinct_batches_of_each_instances_pool():
             seen.append((xb.clone(), yb.clone()))
         return half_mse(m, xb, yb)
 
-    settings = SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=4)
+    settings = SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=4, init_batch_size=64)
     result = estimate_llc(model, recording, x, y, settings)
     assert len(seen) == 4
     with torch.no_grad():
@@ -343,12 +351,70 @@ def test_init_loss_averages_distinct_batches_of_each_instances_pool():
         rows = {tuple(row.tolist()): i for i, row in enumerate(x[e])}
         used = [rows[tuple(row.tolist())] for xb, _ in seen for row in xb[e]]  # KeyError: not its pool
         assert len(set(used)) == 4 * 64
-    whole = estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=8))
-    with torch.no_grad():
+    whole = estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, batch_size=64, init_batch_size=100))
+    with torch.no_grad():  # the default is the whole pool (here 5 batches of 100 and one of 12)
         np.testing.assert_allclose(whole.init_loss, half_mse(model, x, y).numpy(), rtol=1e-5)
+    np.testing.assert_array_equal(whole.init_loss_se, [0.0, 0.0])
+    with pytest.raises(ConfigError, match="init_loss_batches = 9 of 64 examples is more than the pool of 512"):
+        estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=9,
+                                                         init_batch_size=64))
+
+
+def test_init_loss_error_shrinks_with_more_data_and_enters_the_llc_error_bar():
+    model, x, y = regression(1, 6, seed=5, n=8192)
+    settings = SGLDSettings(chains=4, draws=50, init_batch_size=64, **REGULAR)
+    few, many = (estimate_llc(model, half_mse, x, y, replace(settings, init_loss_batches=k)) for k in (4, 64))
+    with torch.no_grad():
+        per_example = (0.5 * (model(x) - y) ** 2)[0].double()
+    expected = per_example.std().item() / math.sqrt(64 * 64) * math.sqrt(1 - 64 * 64 / 8192)
+    assert many.init_loss_se[0] == pytest.approx(expected, rel=0.3)  # batch means estimate the per-example spread
+    assert few.init_loss_se[0] > 2 * many.init_loss_se[0]  # 16× the data: about 4× smaller
+    nbeta = settings.nbeta or default_nbeta(128)
+    for result in (few, many):
+        chains = result.llc_std[0] ** 2 / 4
+        assert result.llc_se[0] == pytest.approx(math.sqrt(chains + (nbeta * result.init_loss_se[0]) ** 2))
+        assert result.to_frame().llc_se[0] == result.llc_se[0]
+    shared = anchor_loss(model, half_mse, x, y, replace(settings, init_loss_batches=4))
+    again = estimate_llc(model, half_mse, x, y, replace(settings, init_loss_batches=4), init_loss=shared)
+    np.testing.assert_array_equal(again.llc_per_chain, few.llc_per_chain)  # the same L(w*), passed in
 
 
 # --- diagnostics and bad input ----------------------------------------------------------------
+
+
+def test_mala_acceptance_matches_the_proposal_densities_written_out():
+    """Two moves scored by MalaScore against devinterp's form: log q(w|w') − log q(w'|w) + U(w) − U(w')
+    with the Gaussian proposal N(w − ε/2·g(w), ε) and U = nβ·L + γ/2·|w − w*|²."""
+    model, *_ = regression(2, 3, seed=1)
+    flat, g = model.flat, torch.Generator().manual_seed(0)
+    anchor = flat.data.clone()
+    lr, nbeta, gamma = 0.01, 50.0, 3.0
+    score = MalaScore(flat, anchor, lr, nbeta, gamma, None)
+    points, expected = [], []
+    for _ in range(3):
+        flat.data.add_(torch.randn(flat.data.shape, generator=g) * 0.1)
+        flat.grad = torch.randn(flat.data.shape, generator=g)
+        loss = torch.rand(2, generator=g)
+        drift = nbeta * flat.grad + gamma * (flat.data - anchor)
+        energy = nbeta * loss + gamma / 2 * ((flat.data - anchor) ** 2).sum(1)
+        points.append((flat.data.clone(), drift, energy))
+        score.score(loss, torch.ones(2, dtype=torch.bool))
+    for (w, gw, uw), (v, gv, uv) in itertools.pairwise(points):
+        forward = -((v - w + lr / 2 * gw) ** 2).sum(1) / (2 * lr)
+        backward = -((w - v + lr / 2 * gv) ** 2).sum(1) / (2 * lr)
+        expected.append(torch.exp(torch.clamp(backward - forward + uw - uv, max=0.0)))
+    np.testing.assert_allclose(score.mean().numpy(), torch.stack(expected).double().mean(0).numpy(), rtol=1e-4)
+
+
+def test_mala_acceptance_is_one_for_a_tiny_step_and_warns_for_a_huge_one():
+    model, x, y = regression(1, 6, seed=3, n=512)  # full batch: no minibatch noise in the energy
+    settings = SGLDSettings(localization=0.1, chains=4, draws=100, burnin=20, batch_size=512)
+    tiny = estimate_llc(model, half_mse, x, y, replace(settings, lr=1e-5))
+    huge = estimate_llc(model, half_mse, x, y, replace(settings, lr=2e-2))  # ε·nβ·h ≈ 1.6: stable, but coarse
+    assert tiny.acceptance[0] > 0.999 and not tiny.warnings
+    assert np.isfinite(huge.llc_mean[0]) and huge.acceptance[0] < 0.8
+    assert [w for w in huge.warnings if w.startswith("instance 0: mean MALA acceptance") and "lower lr" in w]
+    assert huge.to_frame().acceptance[0] == pytest.approx(huge.acceptance[0])
 
 
 def test_too_large_step_freezes_the_chain_and_says_so():

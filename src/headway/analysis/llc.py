@@ -14,6 +14,12 @@ Any other `nn.Module` is sampled the same way: its chains become rows of a `Modu
 runs the copies in one batched call with torch.func (`vmap` over `functional_call`); the loss then is
 devinterp's kind, `loss_fn(model, inputs, targets) -> scalar`, on a pool [N, ...].
 
+L(w*) is evaluated on the whole pool (or `init_loss_batches` random batches of it) with its standard
+error, and `LLCResult.llc_se` combines that error (nβ·SE(L(w*)), shared by every chain) with the
+chains' spread. Every SGLD step after burn-in is also scored as a Metropolis-adjusted Langevin (MALA)
+proposal, as devinterp's MALA diagnostic does: the acceptance probability it would have under the
+tempered, localised posterior (its minibatch energy), from the gradient the next step computes anyway.
+
 Diagnostics are collected as readable warnings in `LLCResult.warnings`; the thresholds are the
 module constants below.
 """
@@ -57,6 +63,12 @@ MIN_DRAWS_FOR_TREND = 8
 DISAGREE_FRACTION = 0.25
 DISAGREE_NOISE_FACTOR = 2.0
 BATCH_MEANS = 5
+# Mean MALA acceptance below which the sampler is not calibrated in devinterp's sense (it calls step
+# sizes with acceptance around 0.9-0.95 well calibrated). The energy is the minibatch one, as in
+# devinterp, so with nβ ≫ 1 the batch-to-batch noise of nβ·L_B lowers the acceptance at any step size:
+# the warning then says the sampler is far from exact, not by how much λ̂ is off; `sgld_calibration`
+# measures that (on the sorting models no affordable setting reached 0.5; docs/study-sorting.md).
+MIN_ACCEPTANCE = 0.9
 
 
 @dataclass(frozen=True)
@@ -71,12 +83,16 @@ class SGLDSettings(Settings):
     burnin: int = 0  # SGLD steps before the first draw (num_burnin_steps)
     steps_between_draws: int = 1  # num_steps_bw_draws
     batch_size: int = 512
-    init_loss_batches: int = 16  # minibatches averaged for L(w*)
+    init_loss_batches: int | None = None  # disjoint random batches averaged for L(w*); None: the whole pool
+    init_batch_size: int | None = None  # examples per L(w*) batch; None: batch_size × chains (one step's)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        positive = ("chains", "draws", "steps_between_draws", "batch_size", "init_loss_batches")
+        positive = ("chains", "draws", "steps_between_draws", "batch_size")
         self.normalise(**{name: check_int(name, getattr(self, name), 1) for name in positive})
+        self.normalise(**{name: check_int(name, getattr(self, name), 1) for name in ("init_loss_batches",
+                                                                                       "init_batch_size")
+                          if getattr(self, name) is not None})
         self.normalise(burnin=check_int("burnin", self.burnin, 0), seed=check_int("seed", self.seed, 0))
         self.normalise(
             lr=check_number("lr", self.lr, 0.0, low_open=True),
@@ -88,6 +104,11 @@ class SGLDSettings(Settings):
     def steps(self) -> int:
         """SGLD steps per chain: burn-in, then `draws` draws `steps_between_draws` apart."""
         return self.burnin + self.draws * self.steps_between_draws
+
+    @property
+    def init_size(self) -> int:
+        """Examples per batch of the L(w*) evaluation."""
+        return self.init_batch_size or self.batch_size * self.chains
 
 
 def default_nbeta(batch_size: int) -> float:
@@ -263,17 +284,32 @@ def _gather(data: Tensor, instance: Tensor, index: Tensor) -> Tensor:
 
 @torch.no_grad()
 def _init_loss(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
-               generator: torch.Generator) -> Tensor:
-    """L(w*) per instance [E] (float64): the mean over `init_loss_batches` disjoint minibatches of the
-    instance's own pool (the whole pool when batches × batch_size equals its size)."""
+               generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E] (float64), from disjoint batches of a random
+    permutation of each instance's pool: the whole pool (`init_loss_batches` None; the last batch may be
+    shorter) or `init_loss_batches` batches of `init_size`. The SE comes from the spread of the batch
+    means and carries the finite-pool correction: it is 0 when the whole pool was evaluated."""
     e, n = tokens.shape[:2]
-    sampler = PoolSampler(e, n, settings.batch_size, generator, tokens.device)
+    size = min(settings.init_size, n)
+    batches = -(-n // size) if settings.init_loss_batches is None else settings.init_loss_batches
+    if settings.init_loss_batches is not None and batches * size > n:
+        raise ConfigError(f"init_loss_batches = {batches} of {size} examples is more than the pool of {n}; use at "
+                          f"most {n // size}, or None for the whole pool")
+    order = torch.rand(e, n, generator=generator).argsort(dim=1).to(tokens.device)
     instance = torch.arange(e, device=tokens.device)
-    total = torch.zeros(e, dtype=torch.float64, device=tokens.device)
-    for _ in range(settings.init_loss_batches):
-        index = sampler.next()
-        total += _checked_loss(loss_fn(model, _gather(tokens, instance, index), _gather(targets, instance, index)), e)
-    return total / settings.init_loss_batches
+    means, counts = [], []
+    for start in range(0, batches * size, size):
+        index = order[:, start : min(start + size, n)]
+        means.append(_checked_loss(loss_fn(model, _gather(tokens, instance, index),
+                                           _gather(targets, instance, index)), e).double().cpu().numpy())
+        counts.append(index.shape[1])
+    means_np, weights = np.stack(means), np.asarray(counts, dtype=float)[:, None]
+    used = weights.sum()
+    mean = (weights * means_np).sum(axis=0) / used
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variance = (weights * (means_np - mean) ** 2).sum(axis=0) / (len(counts) - 1)  # per example
+        se = np.sqrt(variance / used * (1 - used / n))
+    return mean, np.where(used >= n, 0.0, se)
 
 
 def _checked_loss(loss: Tensor, rows: int) -> Tensor:
@@ -309,9 +345,10 @@ def _check_inputs(model: nn.Module, tokens: Tensor, targets: Tensor, settings: S
 
 def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
             nbeta: float, mask: Tensor | None, generators: tuple[torch.Generator, torch.Generator],
-            progress: bool, desc: str) -> tuple[Tensor, Tensor]:
+            progress: bool, desc: str) -> tuple[Tensor, Tensor, Tensor]:
     """Run every chain of every instance; returns the draw losses [E·C, draws] (NaN once a chain
-    died) and the step at which each chain's loss first became non-finite [E·C] (-1: never)."""
+    died), the step at which each chain's loss first became non-finite [E·C] (-1: never) and each
+    chain's mean MALA acceptance over the steps after burn-in [E·C] (NaN: none scored)."""
     batch_gen, noise_gen = generators
     chains = settings.chains
     sampler_model = replicate(model, chains)
@@ -325,6 +362,7 @@ def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, 
     trace = torch.full((rows, settings.draws), math.nan, dtype=flat.data.dtype, device=device)
     live = torch.ones(rows, dtype=torch.bool, device=device)
     died = torch.full((rows,), -1, dtype=torch.long, device=device)
+    mala = MalaScore(flat, anchor, settings.lr, nbeta, settings.localization, mask)
     for step in tqdm(range(settings.steps), desc=desc, disable=not progress):
         index = sampler.next()
         flat.zero_grad()
@@ -342,8 +380,54 @@ def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, 
             after = step - settings.burnin
             if after >= 0 and (after + 1) % settings.steps_between_draws == 0:
                 trace[:, after // settings.steps_between_draws] = torch.where(live, loss, math.nan)
+            if after >= 0:
+                mala.score(loss, live)
             sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live)
-    return trace, died
+    return trace, died, mala.mean()
+
+
+class MalaScore:
+    """The MALA acceptance probability of each SGLD step, scored after it is taken (devinterp 1.x's
+    MalaAcceptanceRate, batched over rows): with the energy U(w) = nβ·L_B(w) + γ/2·|w − w*|² (the
+    minibatch loss of the step at w, as devinterp) and its gradient g, a move w → w' has
+    log α = U(w) − U(w') + log q(w | w') − log q(w' | w), q the Gaussian proposal N(w − ε/2·g(w), ε);
+    expanded, the log q difference is ½(w' − w)·(g + g') + ε/8·(|g|² − |g'|²), which needs no large
+    cancelling sums. Only `mask`'s coordinates count in g (the others do not move)."""
+
+    def __init__(self, flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, localization: float,
+                 mask: Tensor | None) -> None:
+        self.flat, self.anchor, self.lr, self.nbeta, self.localization, self.mask = (flat, anchor, lr, nbeta,
+                                                                                      localization, mask)
+        self.previous: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # w, g, |g|², U of the last step
+        rows = flat.data.shape[0]
+        self.total = torch.zeros(rows, dtype=torch.float64, device=flat.data.device)
+        self.count = torch.zeros(rows, dtype=torch.float64, device=flat.data.device)
+
+    @torch.no_grad()
+    def score(self, loss: Tensor, live: Tensor) -> None:
+        """Score the move into the current weights (whose minibatch `loss` [R] and gradient `flat.grad`
+        are fresh), then keep them as the start of the next move."""
+        w = self.flat.data
+        offset = w - self.anchor  # 0 off the mask: those coordinates never move
+        drift = self.flat.grad * self.nbeta
+        if self.mask is not None:
+            drift.mul_(self.mask)
+        drift.add_(offset, alpha=self.localization)
+        square = drift.square().sum(dim=1).double()
+        energy = self.nbeta * loss.double() + 0.5 * self.localization * offset.square().sum(dim=1).double()
+        if self.previous is not None:
+            before, drift_before, square_before, energy_before = self.previous
+            moved = ((w - before) * (drift + drift_before)).sum(dim=1).double()
+            log_accept = energy_before - energy + 0.5 * moved + self.lr / 8 * (square_before - square)
+            accept = log_accept.clamp(max=0.0).exp()
+            ok = live & torch.isfinite(accept)
+            self.total += torch.where(ok, accept, 0.0)
+            self.count += ok.double()
+        self.previous = (w.clone(), drift, square, energy)
+
+    def mean(self) -> Tensor:
+        """Mean acceptance per row [R] (NaN where no move was scored)."""
+        return self.total / self.count
 
 
 @dataclass
@@ -357,6 +441,9 @@ class LLCResult:
     init_loss: np.ndarray  # [E] L(w*)
     warnings: list[str]
     settings: dict
+    init_loss_se: np.ndarray  # [E] standard error of L(w*) (0 when the whole pool was evaluated)
+    llc_se: np.ndarray  # [E] standard error of llc_mean: √(llc_std²/finite chains + (nβ·init_loss_se)²)
+    acceptance: np.ndarray  # [E] mean MALA acceptance of the SGLD steps after burn-in, over finite chains
 
     def instance_warnings(self, index: int) -> list[str]:
         """The diagnostics of one instance, without their "instance e: " prefix."""
@@ -364,11 +451,12 @@ class LLCResult:
         return [w.removeprefix(prefix) for w in self.warnings if w.startswith(prefix)]
 
     def to_frame(self) -> pd.DataFrame:
-        """One row per instance: instance, llc_mean, llc_std, init_loss, llc_chain{c}, n_warnings and
-        warnings (that instance's diagnostics joined by "; ")."""
+        """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se,
+        acceptance, llc_chain{c}, n_warnings and warnings (that instance's diagnostics joined by "; ")."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
-                              "init_loss": self.init_loss})
+                              "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
+                              "acceptance": self.acceptance})
         for chain in range(c):
             frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
         own = [self.instance_warnings(i) for i in range(e)]
@@ -379,7 +467,7 @@ class LLCResult:
 
 def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                  settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
-                 desc: str = "LLC") -> LLCResult:
+                 desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see the module docstring).
 
@@ -396,11 +484,46 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     `parameter_mask` builds one by name for either kind). A chain whose loss becomes non-finite is frozen and
     left out of llc_mean and llc_std, with a warning.
 
-    L(w*) averages `init_loss_batches` disjoint minibatches of the instance's pool, evaluated once on
-    the E-instance model and shared by its chains: a one-batch L(w*) shifts every chain's λ̂ by
-    nβ × that batch's error (devinterp 1.x averages `num_chains` batches of its loader instead).
-    Same settings and seed give identical numbers; only explicit generators are used.
+    L(w*) and its standard error come from `anchor_loss` (the whole pool by default), evaluated once on
+    the E-instance model and shared by its chains; `init_loss` passes them in when several masks share
+    one w*. Same settings and seed give identical numbers; only explicit generators are used.
     """
+    model, loss_fn, tokens, targets, trainable = _prepared(model, loss_fn, tokens, targets, settings, mask)
+    if trainable is not None:
+        mask = trainable if mask is None else mask.to(trainable) * trainable
+    nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
+    device = model.flat.data.device
+    init_gen, batch_gen, noise_gen = _generators(settings.seed, device)
+    init, init_se = _init_loss(model, loss_fn, tokens, targets, settings, init_gen) if init_loss is None \
+        else (np.asarray(init_loss[0], dtype=float), np.asarray(init_loss[1], dtype=float))
+    trace, died, accept = _sample(model, loss_fn, tokens, targets, settings, nbeta, mask, (batch_gen, noise_gen),
+                                  progress, desc)
+    e, c = model.flat.data.shape[0], settings.chains
+    trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
+    per_chain = nbeta * (trace.mean(axis=2) - init[:, None])
+    mean, std = _chain_summary(per_chain)
+    accept = accept.cpu().numpy().reshape(e, c)
+    scored = np.isfinite(per_chain) & np.isfinite(accept)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        llc_se = np.sqrt(std**2 / np.isfinite(per_chain).sum(axis=1) + (nbeta * init_se) ** 2)
+        acceptance = np.where(scored, accept, 0.0).sum(axis=1) / scored.sum(axis=1)
+    used = replace(settings, nbeta=nbeta)
+    messages = _diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, used)
+    return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance)
+
+
+def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+                settings: SGLDSettings) -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs
+    and seed): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
+    model, loss_fn, tokens, targets, _ = _prepared(model, loss_fn, tokens, targets, settings, None)
+    return _init_loss(model, loss_fn, tokens, targets, settings, _generators(settings.seed, model.flat.data.device)[0])
+
+
+def _prepared(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+              settings: SGLDSettings, mask: Tensor | None) -> tuple[nn.Module, LossFn, Tensor, Tensor, Tensor | None]:
+    """The checked ensemble, loss and pool on the model's device (a plain module wrapped as a
+    1-instance `ModuleEnsemble`), and a plain module's trainable-parameter mask."""
     trainable = None
     if not is_ensemble(model):
         _check_pool(tokens, targets, 1, "[examples, ...] (a plain module's pool)")
@@ -408,23 +531,8 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
         model, loss_fn = ModuleEnsemble.wrap(model, loss_fn), ensemble_loss
         tokens, targets = tokens.unsqueeze(0), targets.unsqueeze(0)
     _check_inputs(model, tokens, targets, settings, mask)
-    if trainable is not None:
-        mask = trainable if mask is None else mask.to(trainable) * trainable
-    nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
     device = model.flat.data.device
-    tokens, targets = tokens.to(device), targets.to(device)
-    init_gen, batch_gen, noise_gen = _generators(settings.seed, device)
-    init = _init_loss(model, loss_fn, tokens, targets, settings, init_gen)
-    trace, died = _sample(model, loss_fn, tokens, targets, settings, nbeta, mask, (batch_gen, noise_gen),
-                          progress, desc)
-    e, c = model.flat.data.shape[0], settings.chains
-    trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
-    init_np = init.cpu().numpy()
-    per_chain = nbeta * (trace.mean(axis=2) - init_np[:, None])
-    mean, std = _chain_summary(per_chain)
-    used = replace(settings, nbeta=nbeta)
-    messages = _diagnose(trace, init_np, per_chain, mean, died.cpu().numpy().reshape(e, c), used)
-    return LLCResult(mean, std, per_chain, trace, init_np, messages, used.to_dict())
+    return model, loss_fn, tokens.to(device), targets.to(device), trainable
 
 
 def _trainable(module: nn.Module) -> Tensor | None:
@@ -455,9 +563,9 @@ def _chain_summary(per_chain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _diagnose(trace: np.ndarray, init: np.ndarray, per_chain: np.ndarray, mean: np.ndarray, died: np.ndarray,
-              settings: SGLDSettings) -> list[str]:
+              acceptance: np.ndarray, settings: SGLDSettings) -> list[str]:
     """Readable warnings, instance by instance, in the order: non-finite, diverging, climbing,
-    disagreeing chains, negative LLC."""
+    disagreeing chains, low MALA acceptance, negative LLC."""
     messages: list[str] = []
     for e in range(trace.shape[0]):
         rise = trace[e] - init[e]
@@ -467,6 +575,11 @@ def _diagnose(trace: np.ndarray, init: np.ndarray, per_chain: np.ndarray, mean: 
             messages += _diverging(e, rise[finite], np.flatnonzero(finite))
             messages += _climbing(e, rise[finite])
             messages += _disagreeing(e, rise[finite], per_chain[e, finite], settings.nbeta)
+        if acceptance[e] < MIN_ACCEPTANCE:
+            messages.append(f"instance {e}: mean MALA acceptance {acceptance[e]:.3g} < {MIN_ACCEPTANCE:g}: SGLD is not a "
+                            "calibrated sampler of the tempered posterior here (too coarse a step or, as nβ "
+                            "multiplies it, too much minibatch noise), so λ̂ may be biased; lower lr or raise "
+                            "batch_size, and check that λ̂ holds (headway.analysis.sgld_calibration)")
         if mean[e] < 0:
             messages.append(f"instance {e}: mean LLC {mean[e]:.4g} < 0: the samples found lower loss than w*; "
                             "w* may not be a local minimum (train longer), or lower lr or raise localization")

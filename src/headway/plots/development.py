@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 def plot_development(loss: pd.DataFrame, llc: pd.DataFrame, boundaries: pd.DataFrame, title: str) -> Figure:
     """Loss (top: validation loss, and the training-pool loss at each traced checkpoint) and the
-    LLC of the whole model and of each head (bottom, ± std over chains) over training, with the
+    LLC of the whole model and of each head (bottom, ± its standard error: chains and L(w*)) over training, with the
     stage boundaries as vertical lines. Checkpoints with λ̂ ≤ 0 (w* not a local minimum) are
     shaded and left out of the LLC lines."""
     fig = Figure(figsize=(7, 5.5))
@@ -24,7 +24,7 @@ def plot_development(loss: pd.DataFrame, llc: pd.DataFrame, boundaries: pd.DataF
     local = whole[whole.llc_mean > 0]
     for weights, frame in llc[llc.step.isin(local.step)].groupby("weights", sort=False):
         frame = frame.sort_values("step")
-        bottom.errorbar(frame.step, frame.llc_mean, yerr=frame.llc_std, marker="o", ms=3, capsize=2,
+        bottom.errorbar(frame.step, frame.llc_mean, yerr=frame.llc_se, marker="o", ms=3, capsize=2,
                         lw=2 if weights == "all" else 1, label="whole model" if weights == "all" else weights)
     if len(local) < len(whole):
         edge = local.step.min() if len(local) else whole.step.max()
@@ -50,7 +50,7 @@ def plot_sgld_traces(llc: pd.DataFrame, title: str) -> Figure:
         for chain in row.loss_trace:
             ax.plot(np.asarray(chain, dtype=float), lw=0.8)
         ax.axhline(row.init_loss, color="k", ls="--", lw=1)
-        ax.set(title=f"{'whole model' if row.weights == 'all' else row.weights}: λ̂ {row.llc_mean:.0f} ± {row.llc_std:.0f}",
+        ax.set(title=f"{'whole model' if row.weights == 'all' else row.weights}: λ̂ {row.llc_mean:.0f} ± {row.llc_se:.0f}",
                xlabel="draw", ylabel="minibatch loss")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -12,7 +12,7 @@ import torch
 from tqdm.auto import tqdm
 
 from headway.analysis.development import trace_steps
-from headway.analysis.llc import SGLDSettings, estimate_llc, weight_masks
+from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
@@ -62,8 +62,9 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             continue
         model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
         parts = []
+        anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld)  # one w* for every weight group
         for name, mask in masks.items():
-            result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask)
+            result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor)
             frame = result.to_frame()
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)
