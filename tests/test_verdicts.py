@@ -80,6 +80,8 @@ def test_the_curriculum_contrast_needs_both_curricula_and_fails_when_answer_only
     assert retrieval.curriculum_contrast(cells[cells.curriculum == "ic"]) is None
     solved_without = cells.assign(accuracy=0.97)
     assert retrieval.curriculum_contrast(solved_without).status == "not reproduced"
+    neither = retrieval.curriculum_contrast(cells.assign(accuracy=0.3))  # nothing learned: no contrast to see
+    assert neither.status == "not testable" and neither.evidence.startswith("Refuted if an answer-only cell")
 
 
 def mechanism_rows(**changes: list) -> pd.DataFrame:
@@ -132,6 +134,9 @@ def test_emergence_order_verdicts():
     assert retrieval.heads_emerge_in_order(emergence("L1 a", 1.0, 0)).status == "not testable"
     assert retrieval.hops_learned_in_order(emergence("hop 2 → hop 1", 1.0, 0)).status == "not reproduced"
     assert retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).status == "reproduced"
+    # the null beside each cell: 3 seeds agreeing on one of 2 orders by chance, (1/2)^2; matching hop 1 → 2, (1/2)^3
+    assert "by chance 0.25" in retrieval.heads_emerge_in_order(emergence("L1 a → L2 b", 1.0, 0)).evidence
+    assert "by chance 0.12" in retrieval.hops_learned_in_order(emergence("hop 1 → hop 2", 1.0, 0)).evidence
 
 
 def test_a_single_seed_says_why_its_order_agreement_is_undefined_instead_of_printing_nan():

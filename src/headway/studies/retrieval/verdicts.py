@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +65,10 @@ def curriculum_contrast(depth: pd.DataFrame) -> Verdict | None:
                                              columns="curriculum", values="accuracy")
     only_ic = both[(both.ic >= SOLVED) & (both["none"] < SOLVED)]
     none_solves = both[both["none"] >= SOLVED]
-    return Verdict("Only the implicit curriculum (IC) learns; answer-only targets do not (D ≥ 2)",
-                   "reproduced" if len(none_solves) == 0 and len(only_ic) > 0 else "not reproduced",
-                   f"cells (D ≥ 2) solved with IC but not without: {len(only_ic)}; solved without IC: "
+    status = ("not reproduced" if len(none_solves) else "reproduced" if len(only_ic) else "not testable")
+    return Verdict("Only the implicit curriculum (IC) learns; answer-only targets do not (D ≥ 2)", status,
+                   "Refuted if an answer-only cell with D ≥ 2 is solved; not testable when no IC cell beside it is. "
+                   f"Cells (D ≥ 2) solved with IC but not without: {len(only_ic)}; solved without IC: "
                    f"{len(none_solves)}; best non-IC accuracy {both['none'].max():.3f}.")
 
 
@@ -134,7 +136,8 @@ def heads_emerge_in_order(emergence: pd.DataFrame) -> Verdict:
     if multi.empty:
         return Verdict(claim, "not testable",
                        "no solved IC cell has two or more circuit groups and two or more seeds.")
-    return order_verdict(claim, multi)
+    return order_verdict(claim, multi, refuted_by="Refuted if, in any cell with two or more seeds and circuit "
+                         "groups, the seeds' groups emerge in different orders")
 
 
 def hops_learned_in_order(hop_emergence: pd.DataFrame) -> Verdict | None:
@@ -144,13 +147,17 @@ def hops_learned_in_order(hop_emergence: pd.DataFrame) -> Verdict | None:
     if cells.empty:
         return None
     return order_verdict("Implicit curriculum: hop k is learned before hop k+1", cells,
-                         lambda cell: " → ".join(f"hop {k}" for k in range(1, cell.hops + 1)))
+                         lambda cell: " → ".join(f"hop {k}" for k in range(1, cell.hops + 1)),
+                         "Refuted if, in any solved IC cell with D > 1, a seed reaches hop k+1 before hop k")
 
 
-def order_verdict(claim: str, cells: pd.DataFrame, expected: Callable[[Any], str] | None = None) -> Verdict:
+def order_verdict(claim: str, cells: pd.DataFrame, expected: Callable[[Any], str] | None = None,
+                  refuted_by: str = "") -> Verdict:
     """"Units emerge in a fixed order" over `cells` (rows of emergence_summary): `not reproduced` when
     seeds disagree (or differ from `expected(cell)`), `partly reproduced` when the only agreement comes
-    from seeds whose units emerged at the same checkpoint, else `reproduced`."""
+    from seeds whose units emerged at the same checkpoint, else `reproduced`. The null beside each cell:
+    the chance that independent random orders of its U units agree in all S seeds, (1/U!)^(S−1), or
+    match the expected order, (1/U!)^S."""
     disagree = tied = False
     parts = []
     for cell in cells.itertuples():
@@ -159,12 +166,14 @@ def order_verdict(claim: str, cells: pd.DataFrame, expected: Callable[[Any], str
         tied |= cell.tied_seeds > 0
         tau = (f"τ mean {cell.kendall_tau_mean:.2f}" if pd.notna(cell.kendall_tau_mean)
                else "τ undefined (no two seeds with two units emerged at distinct steps to compare)")
+        units = cell.most_common_order.count(" → ") + 1
+        chance = (1 / math.factorial(units)) ** (cell.seeds - (0 if expected else 1))
         parts.append(f"D={cell.hops}, {cell.layers} layers: {cell.most_common_order} in {cell.share_most_common:.0%} "
-                     f"of {cell.seeds} seeds, {cell.tied_seeds} with ties, {tau}")
+                     f"of {cell.seeds} seeds, {cell.tied_seeds} with ties, {tau}, by chance {chance:.2g}")
     status = "not reproduced" if disagree else "partly reproduced" if tied else "reproduced"
     evidence = "; ".join(parts) + ("." if not tied else ". Ties: two units emerged at the same checkpoint, so "
                                    "their order is not resolved at this checkpoint spacing.")
-    return Verdict(claim, status, evidence)
+    return Verdict(claim, status, f"{refuted_by}. {evidence}" if refuted_by else evidence)
 
 
 def query_reach(final: pd.DataFrame, reach: pd.DataFrame) -> pd.DataFrame:
@@ -203,5 +212,6 @@ def conditional_learned(depth: pd.DataFrame, minimal: pd.DataFrame, mechanism: p
     cells = depth[depth.part == "conditional"]
     return Verdict("Conditional retrieval is learned with the implicit curriculum",
                    "reproduced" if (cells.accuracy >= SOLVED).any() else "not reproduced",
-                   "; ".join(f"D={r.hops}, {r.layers} layers: {r.accuracy:.3f}" for r in cells.itertuples())
+                   f"Refuted at this scale if no conditional cell reaches mean accuracy ≥ {SOLVED}. "
+                   + "; ".join(f"D={r.hops}, {r.layers} layers: {r.accuracy:.3f}" for r in cells.itertuples())
                    + f". Solved runs analysed: {len(solved)}.")
