@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from html import escape
 
 import pandas as pd
 import pytest
 from PIL import Image
 
+from headway.cli.main import main
 from headway.errors import ConfigError
+from headway.llm.backend import Backend
 from headway.llm.evaluate import summarise
 from headway.llm.report import verdict, write_report
+from headway.llm.run import BackendSettings, run_llm_eval
 from headway.plots.llm import accuracy_vs_hops
 from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions
 
@@ -156,3 +161,107 @@ def test_verdict_at_chance_and_with_gaps():
         f"{ABOVE} up to 3 hops, the most tested")
     with pytest.raises(ConfigError, match="exact_match"):
         verdict(single, "F1", "exact_match")
+
+
+class ScriptedBackend(Backend):
+    """A model without weights: log-likelihoods from the option's length, replies that name a number or nothing."""
+
+    kind, model_id = "scripted", "scripted/model"
+
+    def loglikelihood(self, requests, progress=None):
+        """Shorter options score higher, with ties broken by the first character."""
+        return [-len(r.continuation) - ord(r.continuation[1]) / 1000 for r in requests]
+
+    def generate(self, prompts, max_tokens, progress=None):
+        """Every other reply is empty (unparseable), the rest name a number."""
+        return ["" if i % 2 else f"The answer is {i}." for i in range(len(prompts))]
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """An llm-eval folder from the scripted backend, both scoring modes, F1 and F5 at 1-2 hops."""
+    out = tmp_path_factory.mktemp("llm") / "run"
+    run_llm_eval(QuestionSet(formulations=("F1", "F5"), max_hops=2, questions=3, seed=4),
+                 BackendSettings(backend="http"), out, scoring="both", max_tokens=4, show_progress=False,
+                 backend=ScriptedBackend())
+    return out
+
+
+@pytest.fixture
+def folder(evaluated, tmp_path):
+    """A fresh copy of the evaluated folder to change."""
+    return shutil.copytree(evaluated, tmp_path / "run")
+
+
+def test_rewrite_report_reproduces_the_tables_and_rewrites_the_report(folder, capsys):
+    tables = {name: (folder / name).read_bytes() for name in ("predictions.csv", "results.csv", "summary.json")}
+    (folder / "report.html").write_text("stale", encoding="utf-8")
+    (folder / "figures" / "accuracy_vs_hops.png").unlink()
+    assert main(["llm-eval", "--rewrite-report", "--out", str(folder)]) == 0
+    assert {name: (folder / name).read_bytes() for name in tables} == tables
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert "one-sided exact binomial test against chance" in html and "with 80% power" in html
+    assert "scripted/model" in html and "Its reply in generate mode" in html
+    assert (folder / "figures" / "accuracy_vs_hops.png").is_file()
+    captured = capsys.readouterr()
+    assert captured.err == ("results.csv, summary.json and report.html rewritten from 12 predictions (no model asked); "
+                            f"report: {folder / 'report.html'}\n")
+    assert "F5 hops=2 exact_match=" in captured.out
+
+
+def damage(folder, how):
+    """Break the folder one way: a file missing, empty, cut short, edited, or from other settings."""
+    predictions = folder / "predictions.csv"
+    if how == "missing":
+        predictions.unlink()
+    elif how == "empty":
+        predictions.write_text("", encoding="utf-8")
+    elif how == "cut short":
+        predictions.write_text("".join(predictions.read_text(encoding="utf-8").splitlines(True)[:-1]),
+                               encoding="utf-8")
+    elif how == "answer edited":
+        rows = pd.read_csv(predictions)
+        rows.loc[2, "answer_index"] = (rows.loc[2, "answer_index"] + 1) % rows.loc[2, "choices"]
+        rows.to_csv(predictions, index=False)
+    elif how == "metric edited":
+        rows = pd.read_csv(predictions).astype({"acc": object})
+        rows.loc[0, "acc"] = "maybe"
+        rows.to_csv(predictions, index=False)
+    elif how == "column dropped":
+        pd.read_csv(predictions).drop(columns="exact_match").to_csv(predictions, index=False)
+    elif how == "other seed":
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        summary["meta"]["seed"] = 5
+        (folder / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    elif how == "no settings":
+        (folder / "summary.json").write_text('{"meta": {"model": "m"}}', encoding="utf-8")
+    elif how == "summary not json":
+        (folder / "summary.json").write_text("{", encoding="utf-8")
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("missing", "holds no llm-eval output to rewrite: predictions.csv missing"),
+    ("empty", "predictions.csv cannot be read as llm-eval output (EmptyDataError"),
+    ("cut short", "predictions.csv does not match the questions its summary.json describes (11 rows for 12"),
+    ("answer edited", "predictions.csv does not match the questions its summary.json describes (line 4 holds"),
+    ("metric edited", "predictions.csv is damaged: column(s) acc hold values of the wrong kind"),
+    ("column dropped", "predictions.csv lacks the column(s) exact_match"),
+    ("other seed", "predictions.csv does not match the questions its summary.json describes (line 2 holds"),
+    ("no settings", "summary.json does not say which questions were asked: no formulations, max_hops"),
+    ("summary not json", "summary.json cannot be read as llm-eval output (JSONDecodeError"),
+])
+def test_rewrite_report_refuses_a_damaged_folder_in_one_line(folder, capsys, how, message):
+    damage(folder, how)
+    report = (folder / "report.html").read_bytes()
+    assert main(["llm-eval", "--rewrite-report", "--out", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headway: error: ") and err.count("\n") == 1 and message in err, err
+    assert (folder / "report.html").read_bytes() == report
+
+
+def test_rewrite_report_refuses_the_options_it_would_ignore(folder, capsys):
+    argv = ["llm-eval", "--rewrite-report", "--out", str(folder), "--max-hops", "3", "--no-progress"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        f"headway: error: --rewrite-report takes every setting from {folder / 'summary.json'}; drop --max-hops, "
+        "--progress/--no-progress (try 'headway llm-eval --help')\n")

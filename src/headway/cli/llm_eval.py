@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pandas as pd
+from click.core import ParameterSource
 
 from headway.cli.options import question_options, question_set
 from headway.llm.evaluate import SCORINGS
-from headway.llm.run import BACKENDS, BackendSettings, run_llm_eval
+from headway.llm.run import BACKENDS, BackendSettings, rewrite_outputs, run_llm_eval
 
 
 @click.command("llm-eval")
@@ -34,11 +36,18 @@ from headway.llm.run import BACKENDS, BackendSettings, run_llm_eval
 @click.option("--add-bos", is_flag=True, help="hf/vllm: put the BOS token before scored texts (match a server "
                                                "that adds one).")
 @click.option("--progress/--no-progress", default=True, help="Progress bar with time left.")
-def llm_eval(model: str | None, backend: str, formulations: str, max_hops: int, questions: int, chains: int,
-             n_options: int, seed: int, scoring: str, max_tokens: int, out: Path, base_url: str | None,
+@click.option("--rewrite-report", is_flag=True,
+              help="Ask no model: rewrite results.csv, summary.json and report.html in --out from its "
+                   "predictions.csv and the question settings in its summary.json.")
+@click.pass_context
+def llm_eval(ctx: click.Context, model: str | None, backend: str, formulations: str, max_hops: int, questions: int,
+             chains: int, n_options: int, seed: int, scoring: str, max_tokens: int, out: Path, base_url: str | None,
              api_key: str | None, timeout: float, retries: int, concurrency: int, device: str, batch_size: int,
-             add_bos: bool, progress: bool) -> None:
+             add_bos: bool, progress: bool, rewrite_report: bool) -> None:
     """Prompted retrieval questions (F1-F5) for any model: accuracy vs hops, figure, tables and report."""
+    if rewrite_report:
+        _rewrite(ctx, out)
+        return
     spec = question_set(formulations, max_hops, questions, chains, n_options, seed)
     settings = BackendSettings(backend=backend, model=model, base_url=base_url, api_key=api_key, device=device,
                                batch_size=batch_size, add_bos=add_bos, timeout=timeout, retries=retries,
@@ -52,6 +61,25 @@ def llm_eval(model: str | None, backend: str, formulations: str, max_hops: int, 
     meta = result.meta
     click.echo(f"{meta['questions']} questions in {meta['seconds']} s ({meta['cache_hits']} answers from the cache); "
                f"report: {out / 'report.html'}", err=True)
-    for row in result.results.itertuples():
+    _echo_results(result.results)
+
+
+def _rewrite(ctx: click.Context, out: Path) -> None:
+    """`--rewrite-report`: refuse the options it would ignore, rewrite the folder's tables and report, print them."""
+    flags = {param.name: "/".join(param.opts[:1] + param.secondary_opts) for param in ctx.command.params}
+    ignored = [flags[name] for name in ctx.params if name not in ("out", "rewrite_report")
+               and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if ignored:
+        raise click.UsageError(f"--rewrite-report takes every setting from {out / 'summary.json'}; "
+                               f"drop {', '.join(ignored)}", ctx)
+    result = rewrite_outputs(out)
+    click.echo(f"results.csv, summary.json and report.html rewritten from {len(result.per_question)} predictions "
+               f"(no model asked); report: {out / 'report.html'}", err=True)
+    _echo_results(result.results)
+
+
+def _echo_results(results: pd.DataFrame) -> None:
+    """One line per formulation × hops × metric: accuracy, Wilson interval and chance."""
+    for row in results.itertuples():
         click.echo(f"{row.formulation} hops={row.hops} {row.metric}={row.accuracy:.3f} "
                    f"[{row.ci_low:.3f}, {row.ci_high:.3f}] chance={row.chance:.3f}")

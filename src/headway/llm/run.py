@@ -2,13 +2,14 @@
 
 Everything lands in one output folder; responses are cached there too (`cache.sqlite`), so running
 the same command again after an interruption asks the model only what it has not answered yet.
+`rewrite_outputs` writes a folder's tables and report again from its predictions, without the model.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,15 @@ import pandas as pd
 from headway.errors import ConfigError
 from headway.llm.backend import Backend
 from headway.llm.cache import CachedBackend, ResponseCache
-from headway.llm.evaluate import evaluate, scoring_modes, summarise
+from headway.llm.evaluate import METRICS, evaluate, scoring_modes, summarise
 from headway.tasks.retrieval.prompts.harness import write_harness
-from headway.tasks.retrieval.prompts.questions import QuestionSet, check_renderable, make_questions, write_questions
+from headway.tasks.retrieval.prompts.questions import (
+    Question,
+    QuestionSet,
+    check_renderable,
+    make_questions,
+    write_questions,
+)
 
 BACKENDS = ("hf", "http", "vllm")
 
@@ -102,28 +109,98 @@ def run_llm_eval(spec: QuestionSet, settings: BackendSettings, out: str | Path, 
             backend.close()
         if cache is not None:
             cache.close()
-    results = summarise(per_question)
     meta = {"model": backend.model_id, "backend": settings.backend, "scoring": modes, **_spec_meta(spec),
             "max_tokens": max_tokens, "questions": len(questions), "cache_hits": cached.hits,
             "cache_misses": cached.misses, "seconds": round(time.perf_counter() - started, 1)}
-    _write_tables(out, per_question, results, meta)
+    per_question.to_csv(out / "predictions.csv", index=False)
+    return _write_outputs(out, per_question, questions, meta)
+
+
+def rewrite_outputs(out: str | Path) -> EvalResult:
+    """Rewrite an llm-eval folder's results.csv, summary.json and report.html from its predictions.csv, asking no
+    model; the questions are redrawn from its summary.json, and predictions that are not theirs are refused."""
+    out = Path(out)
+    lacking = [name for name in ("predictions.csv", "summary.json") if not (out / name).is_file()]
+    if lacking:
+        raise ConfigError(f"{out} holds no llm-eval output to rewrite: {' and '.join(lacking)} missing")
+    summary, predictions = out / "summary.json", out / "predictions.csv"
+    try:
+        meta = json.loads(summary.read_text(encoding="utf-8"))["meta"]
+    except (ValueError, KeyError, TypeError) as err:  # not JSON, or no "meta" in it
+        raise _unreadable(summary, err) from None
+    try:  # as written: answers and replies stay text ("7", "", "None")
+        per_question = pd.read_csv(predictions, keep_default_na=False,
+                                   dtype={"id": str, "formulation": str, "answer": str, "reply": str})
+    except ValueError as err:  # empty, ragged or not text
+        raise _unreadable(predictions, err) from None
+    questions = make_questions(_spec_of(meta, summary))
+    _check_predictions(per_question, questions, meta, predictions)
+    return _write_outputs(out, per_question, questions, meta)
+
+
+def _unreadable(path: Path, err: Exception) -> ConfigError:
+    """The one-line refusal of an output file that cannot be read."""
+    detail = (str(err).strip().splitlines() or [""])[0]
+    return ConfigError(f"{path} cannot be read as llm-eval output ({type(err).__name__}: {detail})")
+
+
+def _write_outputs(out: Path, per_question: pd.DataFrame, questions: list[Question],
+                   meta: dict[str, Any]) -> EvalResult:
+    """results.csv (one row per cell and metric), summary.json and report.html from the per-question rows."""
+    results = summarise(per_question)
+    results.to_csv(out / "results.csv", index=False)
+    summary = {"meta": meta, "results": results.to_dict(orient="records")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     from headway.llm.report import write_report
 
     write_report(out, results, per_question, questions, meta)
     return EvalResult(per_question, results, meta, out)
 
 
+# The meta key of each QuestionSet field whose key differs from the field's name.
+META_KEYS = {"questions": "questions_per_cell"}
+
+
 def _spec_meta(spec: QuestionSet) -> dict[str, Any]:
     """The question settings as report metadata."""
     meta = asdict(spec)
     meta["formulations"] = list(spec.formulations)
-    meta["questions_per_cell"] = meta.pop("questions")
+    for name, key in META_KEYS.items():
+        meta[key] = meta.pop(name)
     return meta
 
 
-def _write_tables(out: Path, per_question: pd.DataFrame, results: pd.DataFrame, meta: dict[str, Any]) -> None:
-    """predictions.csv (one row per question), results.csv (one per cell and metric) and summary.json."""
-    per_question.to_csv(out / "predictions.csv", index=False)
-    results.to_csv(out / "results.csv", index=False)
-    summary = {"meta": meta, "results": results.to_dict(orient="records")}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+def _spec_of(meta: dict[str, Any], source: Path) -> QuestionSet:
+    """The question settings `_spec_meta` stored in `meta` (read from `source`), as a QuestionSet again."""
+    names = [field.name for field in fields(QuestionSet)]
+    lacking = [META_KEYS.get(name, name) for name in names if META_KEYS.get(name, name) not in meta]
+    if lacking:
+        raise ConfigError(f"{source} does not say which questions were asked: no {', '.join(lacking)} in its meta")
+    values = {name: meta[META_KEYS.get(name, name)] for name in names}
+    return QuestionSet(**{**values, "formulations": tuple(values["formulations"])})
+
+
+def _check_predictions(per_question: pd.DataFrame, questions: list[Question], meta: dict[str, Any],
+                       source: Path) -> None:
+    """Refuse predictions that lack a column the run's scoring modes write, hold a value of the wrong kind, or
+    are not one row per redrawn question (the same ids and answers, in order)."""
+    scored = [metric for mode in meta.get("scoring", ()) for metric in METRICS.get(mode, ())]
+    flags = [*scored, *(["unparseable"] if "exact_match" in scored else [])]
+    kinds = {"id": None, "formulation": None, "answer": None, "hops": "i", "answer_index": "i", "chance": "f",
+             **dict.fromkeys(flags, "b")}
+    lacking = [column for column in kinds if column not in per_question]
+    if lacking:
+        raise ConfigError(f"{source} lacks the column(s) {', '.join(lacking)}; it is not this run's predictions")
+    wrong = [column for column, kind in kinds.items()
+             if kind is not None and per_question[column].dtype.kind != kind]
+    if wrong:
+        raise ConfigError(f"{source} is damaged: column(s) {', '.join(wrong)} hold values of the wrong kind")
+    drawn = [(q.id, q.answer_index, q.answer) for q in questions]
+    read = list(zip(*(per_question[column].tolist() for column in ("id", "answer_index", "answer"))))
+    if read != drawn:
+        common = min(len(read), len(drawn))
+        at = next((i for i, pair in enumerate(zip(read, drawn)) if pair[0] != pair[1]), common)
+        where = (f"line {at + 2} holds {read[at]} where the questions give {drawn[at]}" if at < common
+                 else f"{len(read)} rows for {len(drawn)} questions")
+        raise ConfigError(f"{source} does not match the questions its summary.json describes ({where}); "
+                          f"only that run's predictions can be rewritten")
