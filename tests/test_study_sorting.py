@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from headway.analysis.development import trace_steps
+from headway.analysis.development import development, trace_steps
 from headway.analysis.llc import SGLDSettings
 from headway.analysis.stages import label_stages, llc_turns, loss_plateaus, stage_boundaries
 from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.studies.sorting.plan import SortingPlan, study_plan
 from headway.studies.sorting.study import SortingStudy
+from headway.studies.sorting.verdicts import llc_rises_then_falls
 from headway.tasks.registry import scale_settings
 
 SMALL = {**scale_settings("cpu", "sorting"), "length": 5, "values": 16, "d_model": 32, "d_head": 16, "steps": 150,
@@ -57,6 +59,55 @@ def test_checkpoints_that_are_not_minima_are_left_out_of_the_llc_rule():
     assert stages.llc.tolist() == ["not local", "falls"]  # the rise through negative values is not counted
 
 
+def traced_run(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None = None, seed: int = 0,
+               run_id: str = "r") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Metrics and a whole-model LLC trace of one run at steps 0, 1, 3, 10, 30, 100, 300, 1000."""
+    steps = [0, 1, 3, 10, 30, 100, 300, 1000]
+    metrics = pd.DataFrame({"run_id": run_id, "step": steps, "val_loss": np.geomspace(3.9, 0.01, len(steps)),
+                            "weight_decay": 0.0, "seed": seed})
+    trace = pd.DataFrame({"run_id": run_id, "step": steps, "weights": "all", "llc_mean": llc, "llc_se": se,
+                          "warnings": [(warnings or {}).get(step, "") for step in steps], "data": "uniform"})
+    return metrics, trace
+
+
+def test_checkpoints_with_negative_or_diverged_llc_never_make_the_peak():
+    # λ̂ climbs through large negative values (w* not yet a minimum), is highest at its first positive
+    # checkpoint and falls from there: read on the valid checkpoints there is no rise.
+    metrics, trace = traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380])
+    run = development("r", metrics, trace, fall=0.1)
+    assert run.peak_step == 30 == run.start_step and run.peak == 600 and run.final == 380
+    assert not run.rises_then_falls
+    assert set(run.excluded) == {0, 1, 3, 10} and "not a local minimum" in run.excluded[0]
+    assert run.exclusions() == "step 0–10 (4 checkpoints): λ̂ ≤ 0 or undefined: w* is not a local minimum"
+    # a diverged chain's checkpoint is left out too, however high its λ̂
+    metrics, trace = traced_run([-4000, -3000, 200, 400, 600, 450, 5000, 370],
+                                warnings={300: "instance 0: chain 2 diverges: …"})
+    run = development("r", metrics, trace, fall=0.1)
+    assert run.peak_step == 30 and run.excluded[300] == "a chain diverged" and run.final == 370
+    assert run.rises_then_falls and run.start_step == 3 and run.start == 200
+    # changes within two standard errors are no rise and fall
+    metrics, trace = traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], se=200.0)
+    assert not development("r", metrics, trace, fall=0.1).rises_then_falls
+    metrics, trace = traced_run([-1.0] * 8)
+    nothing = development("r", metrics, trace, fall=0.1)
+    assert nothing.peak_step == -1 and not nothing.rises_then_falls and len(nothing.excluded) == 8
+
+
+def test_llc_verdict_states_its_refutation_and_aggregates_seeds():
+    falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1)
+    no_rise = development("b", *traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380], seed=1, run_id="b"),
+                          fall=0.1)
+    verdict = llc_rises_then_falls(SimpleNamespace(development=[no_rise]))
+    assert verdict.status == "not reproduced"
+    assert verdict.evidence.startswith("Refuted unless, among valid checkpoints (λ̂ > 0")
+    assert "uniform, no wd: 0 of 1 seeds" in verdict.evidence
+    assert "no rise: the peak is the first valid checkpoint" in verdict.evidence
+    assert "left out: step 0–10 (4 checkpoints): λ̂ ≤ 0" in verdict.evidence
+    both = llc_rises_then_falls(SimpleNamespace(development=[falls, no_rise]))
+    assert both.status == "partly reproduced" and "uniform, no wd: 1 of 2 seeds (seed 0: λ̂ 200 at step 3" in \
+        both.evidence
+
+
 def test_stage_rule_ignores_noise_and_flat_curves():
     steps = np.arange(1, 30)
     rng = np.random.default_rng(0)
@@ -77,7 +128,9 @@ def test_trace_steps_are_log_spaced_and_keep_the_ends():
 
 def test_plans_check_their_grid():
     assert len(study_plan("cpu").runs()) == 18
-    assert len(study_plan("cpu").development_runs()) == 2
+    assert len(study_plan("cpu").development_runs()) == 4  # two seeds at each weight decay
+    with pytest.raises(ConfigError, match="llc_weights = 'heads' must include 'all'"):
+        study_plan("cpu").with_overrides(llc_weights="heads")
     with pytest.raises(ConfigError, match="scale = 'tpu'"):
         study_plan("tpu")
     with pytest.raises(ConfigError, match="mean_gap = 9"):

@@ -4,7 +4,7 @@ the trace)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -22,39 +22,86 @@ def trace_steps(saved: list[int], count: int) -> list[int]:
     return [saved[i] for i in picked]
 
 
+# Diagnostics after which a checkpoint's λ̂ is no estimate: a chain ran away or broke.
+INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went non-finite"}
+SIGNIFICANT = 2.0  # a rise or fall must also exceed this many standard errors of the difference
+
+
 @dataclass
 class Development:
     """One traced run over training: its metrics and LLC rows, the stage boundaries and stages the
-    stage rule finds, and where the whole-model LLC peaks."""
+    stage rule finds, and where the whole-model LLC peaks among the valid checkpoints (`valid_llc`)."""
 
     run_id: str
     loss: pd.DataFrame  # the run's metrics rows, by step
     llc: pd.DataFrame  # the run's LLC trace rows, every weight group
     boundaries: pd.DataFrame  # stage_boundaries of the validation loss and the whole-model LLC
     stages: pd.DataFrame  # label_stages of the LLC boundaries
-    peak_step: int
-    peak: float  # largest whole-model LLC of the trace
-    final: float  # whole-model LLC at the last traced checkpoint
-    rises_then_falls: bool  # the peak is inside the trace and the final LLC is `fall` or more below it
+    peak_step: int  # -1 when no checkpoint is valid
+    peak: float  # largest whole-model LLC of the valid checkpoints (NaN: none)
+    final: float  # whole-model LLC at the last valid checkpoint
+    rises_then_falls: bool  # the valid curve rises `fall` to an interior peak, then ends `fall` below it
     warnings: list[str]  # distinct SGLD diagnostics of the trace
+    excluded: dict[int, str] = field(default_factory=dict)  # traced steps left out of the peak search → why
+    start_step: int = -1  # the first valid checkpoint
+    start: float = float("nan")  # its whole-model LLC
 
     def summary(self, title: str) -> dict:
         """The JSON view of summary.json."""
         return {"run_id": self.run_id, "title": title, "boundaries": self.boundaries.to_dict("records"),
-                "stages": self.stages.to_dict("records"), "llc_peak_step": self.peak_step,
-                "llc_peak": self.peak, "llc_final": self.final}
+                "stages": self.stages.to_dict("records"), "llc_start_step": self.start_step, "llc_start": self.start,
+                "llc_peak_step": self.peak_step, "llc_peak": self.peak, "llc_final": self.final,
+                "llc_rises_then_falls": self.rises_then_falls, "llc_excluded": self.exclusions()}
+
+    def exclusions(self) -> str:
+        """The excluded checkpoints in words, grouped by reason, e.g. "steps 0–70 (12): λ̂ ≤ 0 …"."""
+        reasons: dict[str, list[int]] = {}
+        for step, reason in sorted(self.excluded.items()):
+            reasons.setdefault(reason, []).append(step)
+        return "; ".join(f"step {steps[0]}" + (f"–{steps[-1]} ({len(steps)} checkpoints)" if len(steps) > 1 else "")
+                         + f": {reason}" for reason, steps in reasons.items())
+
+
+def valid_llc(whole: pd.DataFrame) -> pd.Series:
+    """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): λ̂ ≤ 0 (SGLD
+    found lower loss than w*, so w* is no local minimum and λ̂ no LLC), or a diagnostic of
+    `INVALID_WARNINGS` fired."""
+    def reason(row) -> str:
+        if not np.isfinite(row.llc_mean) or row.llc_mean <= 0:
+            return "λ̂ ≤ 0 or undefined: w* is not a local minimum"
+        text = row.warnings if isinstance(row.warnings, str) else ""
+        return next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
+
+    return whole.apply(reason, axis=1).astype(str)
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float) -> Development:
-    """The Development of `run_id` from the gathered metrics and LLC trace tables."""
+    """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
+    are read from the valid checkpoints only (`valid_llc`): the peak must be above the first valid
+    checkpoint and the last valid one below it, each by `fall` of the peak and by `SIGNIFICANT` standard
+    errors (`llc_se`); no valid checkpoint before the peak means no rise."""
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == "all"].sort_values("step")
-    boundaries = stage_boundaries(loss.step.to_numpy(), loss.val_loss.to_numpy(), whole.step.to_numpy(),
-                                  whole.llc_mean.to_numpy())
-    stages = label_stages(boundaries[boundaries.source == "llc"], whole.step.to_numpy(), whole.llc_mean.to_numpy())
-    values = whole.llc_mean.to_numpy()
-    peak = int(np.nanargmax(values))
-    falls = 0 < peak < len(values) - 1 and values[-1] <= (1 - fall) * values[peak]
-    return Development(run_id, loss, llc, boundaries, stages, int(whole.step.iloc[peak]), float(values[peak]),
-                       float(values[-1]), bool(falls), sorted({w for w in llc.warnings if w}))
+    why = valid_llc(whole)
+    valid = (why == "").to_numpy()
+    values = np.where(valid, whole.llc_mean.to_numpy(dtype=float), np.nan)
+    steps = whole.step.to_numpy()
+    boundaries = stage_boundaries(loss.step.to_numpy(), loss.val_loss.to_numpy(), steps, values)
+    stages = label_stages(boundaries[boundaries.source == "llc"], steps, values)
+    excluded = {int(step): reason for step, reason in zip(steps, why) if reason}
+    messages = sorted({w for w in llc.warnings if w})
+    if not valid.any():
+        return Development(run_id, loss, llc, boundaries, stages, -1, float("nan"), float("nan"), False, messages,
+                           excluded)
+    se = whole.llc_se.to_numpy(dtype=float) if "llc_se" in whole else np.zeros(len(whole))
+    index = np.flatnonzero(valid)
+    first, last, peak = index[0], index[-1], index[np.argmax(values[index])]
+
+    def clear(high: int, low: int) -> bool:
+        gap = values[high] - values[low]
+        return bool(gap >= fall * values[peak] and gap > SIGNIFICANT * np.hypot(se[high], se[low]))
+
+    holds = bool(first < peak < last) and clear(peak, first) and clear(peak, last)
+    return Development(run_id, loss, llc, boundaries, stages, int(steps[peak]), float(values[peak]),
+                       float(values[last]), holds, messages, excluded, int(steps[first]), float(values[first]))

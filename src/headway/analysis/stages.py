@@ -51,6 +51,8 @@ def smooth(values: np.ndarray, window: int) -> np.ndarray:
 def llc_turns(steps: np.ndarray, llc: np.ndarray, rule: StageRule = StageRule()) -> list[tuple[int, str]]:
     """Steps where the smoothed LLC turns (maximum or minimum) by a clear margin."""
     curve = smooth(np.asarray(llc, dtype=float), rule.window)
+    if len(curve) < 3:  # a turn needs a point on each side
+        return []
     span = np.nanmax(curve) - np.nanmin(curve)
     if not np.isfinite(span) or span <= 0:
         return []

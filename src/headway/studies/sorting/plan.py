@@ -43,6 +43,8 @@ class SortingPlan(Plan):
         "Seeds whose LLC is traced over training (first data value, every weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_weights: str = field(default="all,heads", metadata=axis(
+        "Weight groups of the LLC trace: all (the whole model), heads (each head alone), embed, unembed."))
     examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
 
     def __post_init__(self) -> None:
@@ -57,6 +59,9 @@ class SortingPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        if "all" not in (group.strip() for group in self.llc_weights.split(",")):
+            raise ConfigError(f"llc_weights = {self.llc_weights!r} must include 'all': the stages and the LLC verdict "
+                              "read the whole-model LLC")
         check_int("examples", self.examples, 1)
         self.runs()  # every task and recipe setting is checked before anything trains
 
@@ -100,14 +105,16 @@ def study_plan(scale: str) -> SortingPlan:
     if scale == "cpu":
         settings = {**scale_settings("cpu", "sorting"), "steps": 1200, "batch_size": 128, "eval_every": 50,
                     "checkpoint_every": 400, "log_checkpoints": 16}
-        sgld = SGLDSettings(lr=3e-6, nbeta=1e4, localization=1e4, chains=4, draws=60, burnin=60, batch_size=32,
-                            init_loss_batches=16)
+        # ε and batch from the calibration sweep (docs/study-sorting.md): λ̂ moves < 6% when ε is halved or
+        # the batch doubled; the sampling time ε·steps of the former ε 3e-6 × 120 steps is kept
+        sgld = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=4, draws=120, burnin=120, batch_size=64,
+                            init_loss_batches=16, init_batch_size=1024)
         return SortingPlan("cpu", data=(UNIFORM, 1.5, 3.0), weight_decays=(0.005, 0.0), seeds=(0, 1, 2),
-                           settings=settings, sgld=sgld)
+                           settings=settings, sgld=sgld, development_seeds=(0, 1), llc_weights="all")
     if scale == "gpu":
         settings = scale_settings("paper", "sorting")
         sgld = SGLDSettings(lr=3e-6, nbeta=1e4, localization=1e4, chains=8, draws=200, burnin=200, batch_size=512,
-                            init_loss_batches=32)
+                            init_loss_batches=None, init_batch_size=4096)
         return SortingPlan("gpu", data=(UNIFORM, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
                            seeds=tuple(range(16)), settings=settings, sgld=sgld, development_seeds=(0, 1, 2),
                            examples=10_000)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headway.analysis.llc import MIN_ACCEPTANCE
 from headway.analysis.stages import StageRule
 from headway.plots.circuits import plot_circuits, plot_diagonal_scores
 from headway.plots.development import plot_development, plot_sgld_traces
@@ -177,18 +178,28 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
     if not tables.development:
         section.paragraph("No run was traced.")
         return
-    sgld = data.plan.sgld
+    sgld, groups = data.plan.sgld, sorted(set(curve.weights) - {"all"})
     section.paragraph(
-        f"LLC estimated by SGLD at {curve.step.nunique()} log-spaced checkpoints, for the whole model and for "
-        f"each head alone (only that head's weights move): ε = {sgld.lr:g}, γ = {sgld.localization:g}, "
+        f"LLC estimated by SGLD at {curve.step.nunique()} log-spaced checkpoints, for the whole model"
+        + (f" and for {', '.join(groups)} alone (only those weights move)" if groups else "")
+        + f": ε = {sgld.lr:g}, γ = {sgld.localization:g}, "
         f"nβ = {sgld.nbeta if sgld.nbeta else 'B / ln B'}, {sgld.chains} chains × {sgld.draws} draws after "
-        f"{sgld.burnin} burn-in steps, batch {sgld.batch_size}. Stage boundaries: red from LLC turning points, "
+        f"{sgld.burnin} burn-in steps, batch {sgld.batch_size}; L(w*) on "
+        f"{'the whole training pool' if sgld.init_loss_batches is None else f'{sgld.init_loss_batches * sgld.init_size} lists'}"
+        ". Error bars are the standard error of λ̂: the chains' spread and nβ × the standard error of L(w*). "
+        "MALA acceptance is the mean Metropolis-adjusted Langevin acceptance probability of the SGLD steps "
+        f"(a warning below {MIN_ACCEPTANCE:g}). Stage boundaries: red from LLC turning points, "
         "blue from the loss curve's plateaus (rule in Methods).")
     for traced in tables.development:
         title, frame = run_title(traced), traced.llc
         section.figure(save_figure(plot_development(traced.loss, frame, traced.boundaries, title),
                              figures / f"development_{traced.run_id}.png"), f"Loss and LLC over training — {title}.")
         section.table(traced.stages, f"Stages by the LLC — {title}.")
+        whole = frame[frame.weights == "all"].sort_values("step")
+        section.table(whole[["step", "llc_mean", "llc_se", "init_loss", "init_loss_se", "acceptance", "n_warnings"]],
+                      f"Whole-model λ̂ per checkpoint — {title}"
+                      + (f"; left out of the peak search: {traced.exclusions()}." if traced.excluded else "."),
+                      float_format="{:.4g}")
         if "loss_trace" in frame.columns:
             last = frame[frame.step == frame.step.max()]
             section.figure(save_figure(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
@@ -208,6 +219,8 @@ def _methods_section(report: Report, plan) -> None:
         f"the loss has fallen {rule.plateau:.0%} of its total drop and where it is within {rule.plateau:.0%} of "
         "its final value; boundaries closer than one checkpoint interval are merged."),
         f"Learned: per-token validation accuracy ≥ {LEARNED:.0%}; mode fractions count learned runs only.",
-        f"LLC 'rises then falls': the peak is inside the trace and the final LLC is ≥ {LLC_FALL:.0%} below it.",
+        (f"LLC 'rises then falls': among valid checkpoints (λ̂ > 0, no chain diverged or went non-finite) the "
+         f"whole-model LLC rises ≥ {LLC_FALL:.0%} to an interior peak and ends ≥ {LLC_FALL:.0%} below it, each "
+         "change beyond 2 standard errors."),
         "Details and the reasons for each choice: docs/study-sorting.md.",
     ])

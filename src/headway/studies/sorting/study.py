@@ -40,6 +40,7 @@ class SortingStudy(Study):
         plan = self.plan
         return {**super().analysis_stamp(runs), "sgld": plan.sgld.to_dict(),
                 "development": self._development(runs), "llc_checkpoints": plan.llc_checkpoints,
+                "llc_weights": plan.llc_weights,
                 "examples": plan.examples}
 
     def tag_columns(self, run: RunConfig) -> dict[str, Any]:
@@ -71,7 +72,7 @@ class SortingStudy(Study):
             order += members
         traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
-                                        device, self.progress, weights="all,heads",
+                                        device, self.progress, weights=plan.llc_weights,
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version})]
         out = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}

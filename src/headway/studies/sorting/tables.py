@@ -66,8 +66,8 @@ def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.Da
     last = final_metrics(metrics)
     keep = ["run_id", "seed", "weight_decay", "val_loss", "val_accuracy", "val_list_accuracy"]
     final = tables["final"].merge(last[keep], on="run_id", how="left")
-    llc = tables["llc_final"][["run_id", "llc_mean", "llc_std", "warnings"]].rename(
-        columns={"llc_mean": "llc", "warnings": "llc_warnings"})
+    llc = tables["llc_final"][["run_id", "llc_mean", "llc_std", "llc_se", "acceptance", "warnings"]].rename(
+        columns={"llc_mean": "llc", "acceptance": "llc_acceptance", "warnings": "llc_warnings"})
     final = final.merge(llc, on="run_id", how="left")
     front = ["run_id", "data", "mean_gap", "weight_decay", "seed", "val_accuracy", "val_list_accuracy", "mode"]
     rest = [c for c in final.columns if c not in front and c not in ("instance", "ensemble")]

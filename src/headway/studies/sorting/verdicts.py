@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pandas as pd
 
+from headway.analysis.development import Development
 from headway.analysis.statistics import wilson_interval
-from headway.studies.sorting.tables import ADEQUATE_POWER, LEARNED, SIGNIFICANT, SortingTables, run_title
+from headway.studies.sorting.tables import ADEQUATE_POWER, LEARNED, LLC_FALL, SIGNIFICANT, SortingTables
 from headway.studies.verdict import Verdict, share_status
 from headway.tasks.sorting.modes import MODES
 
@@ -148,10 +149,42 @@ def _largest_change(fractions: pd.DataFrame) -> str:
 
 
 def llc_rises_then_falls(tables: SortingTables) -> Verdict | None:
+    """Stated before looking: refuted for a traced run unless, among its valid checkpoints (λ̂ > 0, no
+    chain diverged or went non-finite), the whole-model LLC rises to an interior peak at least LLC_FALL
+    above the first valid checkpoint and ends at least LLC_FALL below it, each change beyond 2 standard
+    errors (`headway.analysis.development.development`). Reproduced when every traced run (all seeds of
+    every traced condition) holds, partly when some do; the evidence groups the seeds by condition and
+    names the checkpoints left out and why."""
     if not tables.development:
         return None
-    falls = [traced.rises_then_falls for traced in tables.development]
+    rule = (f"Refuted unless, among valid checkpoints (λ̂ > 0, no chain diverged or went non-finite), the "
+            f"whole-model LLC rises ≥ {LLC_FALL:.0%} to an interior peak and then ends ≥ {LLC_FALL:.0%} below "
+            "it (each change also beyond 2 standard errors).")
+    conditions: dict[str, list] = {}
+    for traced in tables.development:
+        row = traced.loss.iloc[-1]
+        label = f"{traced.llc.data.iloc[0]}, {'wd ' + format(row.weight_decay, 'g') if row.weight_decay else 'no wd'}"
+        conditions.setdefault(label, []).append(traced)
+    parts = []
+    for label, runs in conditions.items():
+        seeds = "; ".join(f"seed {int(t.loss.iloc[-1].seed)}: {_llc_course(t)}" for t in runs)
+        parts.append(f"{label}: {sum(t.rises_then_falls for t in runs)} of {len(runs)} seeds ({seeds})")
     return Verdict("The LLC rises during initial learning and falls while the heads specialise",
-                   share_status(falls),
-                   "; ".join(f"{run_title(t)}: peak {t.peak:.1f} at step {t.peak_step}, final {t.final:.1f}"
-                             for t in tables.development))
+                   share_status([t.rises_then_falls for t in tables.development]), rule + " " + ". ".join(parts) + ".")
+
+
+def _llc_course(traced: Development) -> str:
+    """One traced run's valid LLC curve in words: start, peak, end, the verdict on it and what was left out."""
+    left_out = f" [left out: {traced.exclusions()}]" if traced.excluded else ""
+    if traced.peak_step < 0:
+        return "no valid checkpoint" + left_out
+    if traced.peak_step == traced.start_step:
+        shape = "no rise: the peak is the first valid checkpoint"
+    elif traced.final == traced.peak:
+        shape = "no fall: the peak is the last valid checkpoint"
+    elif traced.rises_then_falls:
+        shape = "rises, then falls"
+    else:
+        shape = "no clear rise and fall"
+    return (f"λ̂ {traced.start:.0f} at step {traced.start_step}, peak {traced.peak:.0f} at step {traced.peak_step}, "
+            f"final {traced.final:.0f} ({traced.final / traced.peak - 1:+.0%}): {shape}{left_out}")
