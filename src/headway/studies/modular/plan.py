@@ -70,12 +70,12 @@ def study_plan(scale: str) -> ModularPlan:
     """The study at a named scale: `cpu` (minutes on 2 cores) or `gpu` (the paper's recipe)."""
     if scale == "cpu":
         sgld = SGLDSettings(lr=1e-4, nbeta=None, localization=100.0, chains=4, draws=100, burnin=50, batch_size=256,
-                            init_loss_batches=4)
+                            init_loss_batches=None)
         return ModularPlan("cpu", train_fractions=(0.35,), weight_decays=(1.0, 0.0), seeds=(0, 1, 2),
                            settings=scale_settings("cpu", "modular"), sgld=sgld, llc_checkpoints=12)
     if scale == "gpu":
         sgld = SGLDSettings(lr=1e-4, nbeta=None, localization=100.0, chains=8, draws=200, burnin=100, batch_size=512,
-                            init_loss_batches=8)
+                            init_loss_batches=None)
         return ModularPlan("gpu", train_fractions=(0.3, 0.5), weight_decays=(1.0, 0.0), seeds=tuple(range(8)),
                            settings=scale_settings("paper", "modular"), sgld=sgld, development_seeds=(0, 1),
                            llc_checkpoints=24)
