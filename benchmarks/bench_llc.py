@@ -192,7 +192,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     settings = SGLDSettings(lr=LR, localization=LOCALIZATION, nbeta=NBETA, chains=args.chains, draws=args.draws,
-                            burnin=args.burnin, batch_size=args.batch_size)
+                            burnin=args.burnin, batch_size=args.batch_size, init_loss_batches=16,
+                            init_batch_size=args.batch_size)  # L(w*) as when RESULTS.md was measured
     tokens, targets = pool(args.pool, args.instances, device)
     model = trained_ensemble(args.instances, args.train_steps, tokens, targets, device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
