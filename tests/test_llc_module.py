@@ -132,7 +132,7 @@ def test_agrees_with_devinterp_on_a_model_headway_did_not_build(build):
     model, x, y = build()
     chains, draws, burnin, batch = 8, 150, 50, 64
     settings = SGLDSettings(lr=1e-3, localization=100.0, chains=chains, draws=draws, burnin=burnin,
-                            batch_size=batch)
+                            batch_size=batch, init_loss_batches=16, init_batch_size=batch)  # L(w*) as when measured
     ours = estimate_llc(model, mean_ce, x, y, settings)
     loader = torch.utils.data.DataLoader(TensorPool(x, y), batch_size=batch, shuffle=True,
                                          collate_fn=lambda pair: pair)
@@ -251,8 +251,8 @@ def test_bad_plain_modules_and_losses_are_named():
         parameter_mask(model, ["9.weight"])
     with pytest.raises(ConfigError, match=r"the mask of 0.bias has shape \(4,\); it must be the parameter's \(8,\)"):
         parameter_mask(model, {"0.bias": torch.ones(4)})
-    with pytest.raises(ConfigError, match=r"fails on a batch of inputs \(32, 5\) and targets \(32,\): RuntimeError: "
-                                          "mat1 and mat2"):
+    with pytest.raises(ConfigError, match=r"fails on a batch of inputs \(64, 5\) and targets \(64,\): RuntimeError: "
+                                          "mat1 and mat2"):  # L(w*)'s first batch: batch_size × chains
         estimate_llc(model, mean_ce, torch.randn(256, 5), y, settings)
     with pytest.raises(ConfigError, match="fails on a batch .*TypeError: .*positional argument"):
         estimate_llc(model, lambda m, xb: mean_ce(m, xb, xb), x, y, settings)
