@@ -48,7 +48,7 @@ def test_named_heads_carry_the_answer_and_no_other_head_matters(study):
     assert (two_hop.query_reach_per_layer.str.split().str[-1].astype(int) == 2).all()
     assert (solved.faithfulness >= 0.8).all() and (solved.minimal_heads <= solved.circuit_heads).all()
     every_head = solved[solved.circuit_heads == solved.layers * 4]  # 4 heads per layer at this scale
-    assert len(every_head) and (every_head.p_necessary == 1.0).all()  # every random set of that size is the circuit
+    assert len(every_head) and (every_head.p_sufficient == 1.0).all()  # every random set of that size is the circuit
 
 
 def test_the_verdicts_can_fail_and_say_what_would_refute_them(study):
@@ -56,7 +56,7 @@ def test_the_verdicts_can_fail_and_say_what_would_refute_them(study):
     reach claims fail against their nulls, while layer 2 demonstrably reads layer 1."""
     verdicts = {v["claim"].split(":")[0]: v for v in json.loads((study / "summary.json").read_text())["verdicts"]}
     circuit = verdicts["The automatically named heads carry the answer"]
-    assert circuit["status"] == "not reproduced" and "beat random sets 0" in circuit["evidence"]
+    assert circuit["status"] == "not reproduced" and "more sufficient than random sets 0" in circuit["evidence"]
     stacked = verdicts["Stacked heads"]
     assert stacked["status"] == "reproduced" and "Holds for 2 of 2 (run, layer pair)s" in stacked["evidence"]
     reach = verdicts["Reach grows faster than one hop per layer, within ⌊3ᵗ/2⌋ after t layers (Theorem 1's tripling)"]

@@ -105,8 +105,10 @@ def test_a_circuit_must_be_necessary_sufficient_and_better_than_random_sets():
     assert above_baseline.status == "partly reproduced" and "necessary 1," in above_baseline.evidence
     insufficient = retrieval.circuit_carries_answer(mechanism_rows(faithfulness=[0.95, 0.5, 0.1]))
     assert insufficient.status == "partly reproduced" and "sufficient 1," in insufficient.evidence
-    like_random = mechanism_rows(p_necessary=[0.6, 1.0, 1.0], p_sufficient=[0.5, 1.0, 1.0])  # circuits of ~every head
+    like_random = mechanism_rows(p_sufficient=[0.5, 1.0, 1.0])  # circuits of ~every head: any set of that size suffices
     assert retrieval.circuit_carries_answer(like_random).status == "not reproduced"
+    bottleneck = mechanism_rows(p_necessary=[0.4, 0.46, 1.0])  # random sets holding one key head are as necessary
+    assert retrieval.circuit_carries_answer(bottleneck).status == "reproduced"
     assert retrieval.circuit_carries_answer(mechanism_rows()[lambda f: ~f.solved]) is None
 
 

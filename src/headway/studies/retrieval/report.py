@@ -220,7 +220,7 @@ def _methods_section(report: Report) -> None:
                     f"that the group cannot lose without losing ≥ {MIN_DROP} (a head that does nothing stays out). "
                     f"**Checks**: necessity (circuit ablated → baseline + {NEAR_BASELINE}), sufficiency (faithfulness "
                     f"≥ {SUFFICIENT} with everything else ablated), a minimal sufficient subset by greedy elimination, "
-                    f"and {RANDOM_SETS} random head sets of the same size as the null (p ≤ {NULL_LEVEL}).")
+                    f"and {RANDOM_SETS} random head sets of the same size kept alone as the null for sufficiency (p ≤ {NULL_LEVEL}).")
     emergence_text = ("**Emergence step**: the first checkpoint from which the score stays ≥ initial + ½ (final − "
                       "initial); none if it rises by less than 0.2.")
     probe_text = ("**Probes**: ridge regression (λ = 0.01 per sample, standardised features) onto one-hot symbols; "

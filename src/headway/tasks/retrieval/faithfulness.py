@@ -24,7 +24,7 @@ from headway.tasks.retrieval.roles import head_grid
 
 SUFFICIENT = 0.8  # faithfulness a circuit must keep to count as sufficient
 RANDOM_SETS = 49  # random head sets per model: the smallest p-value is 1/50 = 0.02
-NULL_LEVEL = 0.05  # the circuit must beat its random sets at this level, for necessity and sufficiency
+NULL_LEVEL = 0.05  # a circuit kept alone must beat random sets of its size at this level (rules.carries_answer)
 NULL_SEED = 7  # the random head sets, fixed so a study's tables are reproducible
 
 
