@@ -19,7 +19,7 @@ def wilson_interval(successes: int, total: int, z: float = Z95) -> tuple[float, 
     p = successes / total
     centre = (p + z * z / (2 * total)) / (1 + z * z / total)
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half)))  # holds p despite rounding
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
