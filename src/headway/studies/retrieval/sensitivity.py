@@ -88,7 +88,7 @@ def _rule_sweep(claim: str, solved: pd.DataFrame, circuits: pd.DataFrame) -> lis
                                                        merged.all_ablated_accuracy.to_numpy())
     rows = []
     for (threshold, min_drop), cell in merged.groupby(["role_threshold", "min_drop"]):
-        rows.append({"claim": claim, "threshold": f"role threshold × min drop (no random-set null)",
+        rows.append({"claim": claim, "threshold": "role threshold × min drop (no random-set null)",
                      "value": f"{threshold:g} × {min_drop:g}",
                      "default": threshold == roles.THRESHOLD and min_drop == roles.MIN_DROP,
                      "status": share_status(rules.carries_answer(cell, null_level=None))})

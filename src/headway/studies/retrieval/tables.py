@@ -58,12 +58,12 @@ def summarise(data: StudyData) -> RetrievalTables:
     depth = depth_table(metrics, threshold=SOLVED, by=facets)
     paths = data.tables["paths"].merge(final[["run_id", "hops", "layers", "solved"]], on="run_id") \
         if len(data.tables["paths"]) else pd.DataFrame()
-    reach = probe_reach_table(data.tables["probes"], final)
     curves = role_curves(heads, data.tables["head_curves"], final)
     hops = hop_curves(metrics)
     cells = ic_cells(final)
     minimal = measured_min_layers(depth, by=facets)
     reach_at = {threshold: probe_reach_table(data.tables["probes"], final, threshold) for threshold in REACH_SWEEP}
+    reach = reach_at[REACH_ACCURACY]  # the sweep holds the default threshold's table
     sensitivity = verdict_sensitivity(metrics, facets, mechanism, data.tables["circuit_sensitivity"], final,
                                       paths, reach_at)
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
