@@ -16,7 +16,7 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from headway.cli import data, demo, export, llm_eval, show, study, train
+    from headway.cli import data, demo, export, llm_eval, reach, show, study, train
 
     cli.add_command(data.data)
     cli.add_command(train.train)
@@ -25,6 +25,7 @@ def _register() -> None:
     cli.add_command(study.study)
     cli.add_command(llm_eval.llm_eval)
     cli.add_command(export.export)
+    cli.add_command(reach.reach)
 
 
 _register()
