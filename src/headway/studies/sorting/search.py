@@ -1,0 +1,259 @@
+"""Search the sorting task's data features and recipes for copy-suppression pairs
+(`scripts/search_copy_suppression.py`; docs/study-sorting.md, "Searching for copy-suppression").
+
+A *condition* is a named set of flat run settings over the sorting study's `cpu` recipe (task:
+length, values, repeats, gaps, mean_gap; recipe: weight_decay, heads, steps, …). Every condition is
+trained with the same seeds through the shared run store (`train_runs`: finished runs are reused, an
+interrupted ensemble resumes), and each final model is classified by the study's own rule
+(`headway.tasks.sorting.modes.classify_modes` on the folded circuits, default thresholds), on the
+lists the study analyses (`ANALYSIS_SEED`). No LLC, ablation or DLA: only the mode is searched for.
+
+The test, fixed before any search model was trained: per condition, an exact one-sided binomial test
+of k copy-suppression models among the n learned runs (per-token validation accuracy ≥ `LEARNED`)
+against a copy-suppression rate of `NULL_RATE` (CS at most rare), at level α = `SIGNIFICANT`
+Šidák-corrected over the conditions searched (each condition at 1 − (1 − α)^(1/m)); the combined p
+is Šidák's over the per-condition p-values. A condition's power is that of its test when the true
+copy-suppression rate is `EFFECT_RATE` (half the models: "one of the two main modes"). A condition
+whose test is not significant is "absent" only with power ≥ `ADEQUATE_POWER`, else "not testable".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from headway.analysis.statistics import binomial_power, binomial_tail, critical_count, detectable_accuracy, sidak
+from headway.errors import ConfigError
+from headway.runs.config import RunConfig
+from headway.studies.sorting.plan import study_plan
+from headway.studies.sorting.tables import ADEQUATE_POWER, LEARNED, SIGNIFICANT, mode_fractions
+
+NULL_RATE = 0.05  # copy-suppression rate of the null hypothesis: CS at most rare in the condition
+EFFECT_RATE = 0.5  # rate the power is computed at: CS in half the models, one of two main modes
+SUPPRESSOR = "copy_suppression"
+
+# The conditions searched, fixed before training (docs/study-sorting.md gives the reasons). Each is a set
+# of flat run settings over the cpu recipe; the recipe's weight decay is 0.005 and its model has 2 heads.
+CONDITIONS: dict[str, dict[str, Any]] = {
+    "distinct": {},  # the default lists (distinct, uniform; δ̄ ≈ 4.7): the reference
+    "repeats": {"repeats": True},  # uniform draws that may repeat (about 1 list in 2 has a repeat)
+    "repeats-dense": {"repeats": True, "gaps": "geometric", "mean_gap": 1.0},  # half of all gaps are 0
+    "repeats-dense-nowd": {"repeats": True, "gaps": "geometric", "mean_gap": 1.0, "weight_decay": 0.0},
+    "repeats-dense-4h": {"repeats": True, "gaps": "geometric", "mean_gap": 1.0, "heads": 4},
+    "distinct-4h": {"heads": 4},
+    "repeats-long": {"repeats": True, "length": 20},  # 20 draws from 51 numbers: many repeats and near neighbours
+    "repeats-dense-3x": {"repeats": True, "gaps": "geometric", "mean_gap": 1.0, "steps": 3600},
+}
+DEFAULT_CONDITIONS = tuple(CONDITIONS)
+
+
+def base_settings() -> dict[str, Any]:
+    """The flat run settings every condition starts from: the sorting study's `cpu` recipe."""
+    return dict(study_plan("cpu").settings)
+
+
+def search_runs(conditions: dict[str, dict[str, Any]], seeds: tuple[int, ...],
+                base: dict[str, Any] | None = None) -> list[tuple[str, RunConfig]]:
+    """(condition name, run) for every condition × seed, in that order; every setting checked up front."""
+    if not conditions or not seeds:
+        raise ConfigError("the search needs at least one condition and one seed")
+    base = base_settings() if base is None else base
+    runs = [(name, RunConfig.from_flat({**base, **settings, "seed": seed}))
+            for name, settings in conditions.items() for seed in seeds]
+    ids = [run.run_id for _, run in runs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("two conditions give the same runs; give each condition different settings")
+    return runs
+
+
+def model_modes(model, task, examples: int) -> pd.DataFrame:
+    """Mode table (`classify_modes`, one row per instance) of an ensemble whose instances all do `task`,
+    its readout scale measured on `examples` lists of the study's analysis seed, with `cs_at_copy`, and
+    the realised δ̄ (`mean_gap`) and share of zero gaps (`repeat_share`) of those lists."""
+    import torch
+
+    from headway.studies.sorting.analyse import ANALYSIS_SEED, _circuit_state
+    from headway.tasks.sorting.modes import SWEEP, threshold_sweep
+    from headway.tasks.sorting.task import generate
+
+    batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
+    device = next(model.parameters()).device
+    tokens = torch.from_numpy(batch.tokens).to(device).expand(model.n_instances, *batch.tokens.shape)
+    ov, qk, _, modes = _circuit_state(model, task, tokens)
+    sweep = threshold_sweep(ov, qk, {"copy": SWEEP["copy"]})
+    # the smallest swept copy threshold at which the rule calls the model copy-suppression (NaN: at none);
+    # descriptive only: the test reads the mode at the default thresholds
+    modes["cs_at_copy"] = modes.instance.map(sweep[sweep["mode"] == SUPPRESSOR].groupby("instance").value.min())
+    modes["mean_gap"] = float(batch.gaps.mean())
+    modes["repeat_share"] = float((batch.gaps == 0).mean())
+    return modes
+
+
+def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, device: str = "cpu") -> pd.DataFrame:
+    """One row per run of `named` trained under `out`: condition, settings, seed, final accuracies and the
+    mode with every quantity the rule read."""
+    from headway.runs import layout
+    from headway.runs.store import final_metrics, load_metrics, load_model, load_runs
+    from headway.studies.base import by_task
+
+    condition = {run.run_id: name for name, run in named}
+    frames = []
+    for run_dir in layout.ensemble_dirs(out):
+        runs = load_runs(run_dir)
+        for members in by_task(runs).values():
+            members = [i for i in members if runs[i].run_id in condition]
+            if not members:
+                continue
+            model = load_model(run_dir, members, device=device)
+            modes = model_modes(model, runs[members[0]].task, examples)
+            modes["run_id"] = [runs[members[i]].run_id for i in modes.instance]
+            frames.append(modes.drop(columns="instance"))
+    if not frames:
+        raise ConfigError(f"no trained run of the search under {out}")
+    found = pd.concat(frames, ignore_index=True)
+    metrics = final_metrics(load_metrics(out))[["run_id", "val_accuracy", "val_list_accuracy"]]
+    rows = []
+    for name, run in named:
+        flat = run.flat()
+        rows.append({"condition": name, "run_id": run.run_id, "seed": run.seed, "length": flat["length"],
+                     "values": flat["values"], "repeats": flat["repeats"], "gaps": flat["gaps"],
+                     "weight_decay": flat["weight_decay"], "heads": flat["heads"], "steps": flat["steps"]})
+    table = pd.DataFrame(rows).merge(metrics, on="run_id", how="left").merge(found, on="run_id", how="left")
+    missing = table[table["mode"].isna()].run_id.tolist()
+    if missing:
+        raise ConfigError(f"runs {missing} of the search have no checkpoint under {out}")
+    table["learned"] = table.val_accuracy >= LEARNED
+    return table
+
+
+def fractions(table: pd.DataFrame) -> pd.DataFrame:
+    """Learned runs per condition in each mode with Wilson 95% intervals (the study's `mode_fractions`,
+    the condition in place of the data value)."""
+    frame = table.rename(columns={"condition": "data"})
+    out = mode_fractions(frame).rename(columns={"data": "condition"})
+    order = {name: i for i, name in enumerate(dict.fromkeys(table.condition))}
+    return out.sort_values("condition", key=lambda c: c.map(order), kind="stable", ignore_index=True)
+
+
+@dataclass(frozen=True)
+class ConditionTest:
+    condition: str
+    learned: int
+    runs: int
+    copy_suppression: int
+    p_value: float
+    alpha: float
+    critical: int
+    power: float
+    detectable_rate: float
+    status: str
+
+
+def condition_tests(table: pd.DataFrame, null_rate: float = NULL_RATE, effect: float = EFFECT_RATE,
+                    alpha: float = SIGNIFICANT) -> tuple[pd.DataFrame, float]:
+    """The pre-specified per-condition test (module docstring) and the combined Šidák p-value."""
+    names = list(dict.fromkeys(table.condition))
+    level = 1.0 - (1.0 - alpha) ** (1.0 / len(names))
+    rows = []
+    for name in names:
+        group = table[table.condition == name]
+        learned = group[group.val_accuracy >= LEARNED]
+        n, k = len(learned), int((learned["mode"] == SUPPRESSOR).sum())
+        p = binomial_tail(k, n, null_rate) if n else 1.0
+        power = binomial_power(n, null_rate, effect, level) if n else 0.0
+        if n and p <= level:
+            status = "found"
+        elif power < ADEQUATE_POWER:
+            status = "not testable"
+        elif k == 0:
+            status = "absent"
+        else:
+            status = "rare (not above the null rate)"
+        rows.append(ConditionTest(name, n, len(group), k, p, level, critical_count(n, null_rate, level) if n else 1,
+                                  power, detectable_accuracy(n, null_rate, level, ADEQUATE_POWER) if n else math.nan,
+                                  status).__dict__)
+    tests = pd.DataFrame(rows)
+    return tests, sidak(tests.p_value.tolist())
+
+
+def condition_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per condition: realised δ̄ and share of zero gaps of the analysed lists, accuracies, the largest
+    suppressed fraction of any head, and how many models turn copy-suppression at some swept copy threshold."""
+    suppress = table.filter(like="suppress_fraction_h")
+    frame = table.assign(max_suppress=suppress.max(axis=1), cs_any=table.cs_at_copy.notna())
+    grouped = frame.groupby("condition", sort=False)
+    return pd.DataFrame({
+        "mean_gap": grouped.mean_gap.first(), "repeat_share": grouped.repeat_share.first(),
+        "min_val_accuracy": grouped.val_accuracy.min(), "median_list_accuracy": grouped.val_list_accuracy.median(),
+        "max_suppress_fraction": grouped.max_suppress.max(), "n_suppressor_models": grouped.n_suppressors.apply(
+            lambda s: int((s > 0).sum())), "cs_at_some_copy_threshold": grouped.cs_any.sum().astype(int),
+    }).reset_index()
+
+
+def write_report(out: Path, table: pd.DataFrame, command: str, seconds: float) -> Path:
+    """models.csv, mode_fractions.csv, tests.csv and report.md under `out`; returns the report's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(out / "models.csv", index=False)
+    shares = fractions(table)
+    shares.to_csv(out / "mode_fractions.csv", index=False)
+    tests, combined = condition_tests(table)
+    tests.to_csv(out / "tests.csv", index=False)
+    summary = condition_summary(table)
+    summary.to_csv(out / "conditions.csv", index=False)
+    (out / "report.md").write_text(report_text(table, shares, tests, combined, summary, command, seconds))
+    return out / "report.md"
+
+
+def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, combined: float,
+                summary: pd.DataFrame, command: str, seconds: float) -> str:
+    """The markdown report: settings, mode fractions with Wilson intervals, the test and the verdict."""
+    lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", f"Wall time of this call: {seconds:.0f} s", "",
+             "## Conditions", "", "| condition | settings over the cpu recipe | realised δ̄ | share of 0 gaps | "
+             "lowest val acc | median whole-list acc | largest suppressed fraction | models with a suppressor |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in summary.itertuples():
+        settings = CONDITIONS.get(row.condition, {})
+        text = ", ".join(f"{k} {v}" for k, v in settings.items()) or "(the recipe)"
+        lines.append(f"| {row.condition} | {text} | {row.mean_gap:.2f} | {row.repeat_share:.2f} | "
+                     f"{row.min_val_accuracy:.3f} | {row.median_list_accuracy:.3f} | {row.max_suppress_fraction:.2f} | "
+                     f"{row.n_suppressor_models} |")
+    lines += ["", "## Mode fractions (learned runs, Wilson 95% intervals)", "",
+              "| condition | n | splitting | copy_suppression | overlapping | other |", "|---|---|---|---|---|---|"]
+    for name in tests.condition:
+        group = shares[shares.condition == name]
+        if not len(group):
+            lines.append(f"| {name} | 0 | no learned run | | | |")
+            continue
+        cells = {r.mode: f"{r.count}/{r.n} ({r.ci_low:.2f}–{r.ci_high:.2f})" for r in group.itertuples()}
+        lines.append(f"| {name} | {int(group.n.iloc[0])} | " + " | ".join(
+            cells[m] for m in ("splitting", SUPPRESSOR, "overlapping", "other")) + " |")
+    lines += ["", "## Test (fixed before training)", "",
+              f"Per condition: exact one-sided binomial test of the copy-suppression count among learned runs "
+              f"(val accuracy ≥ {LEARNED:.0%}) against a rate of {NULL_RATE:g}, each at α = {tests.alpha.iloc[0]:.4f} "
+              f"(0.05 Šidák-corrected over {len(tests)} conditions). Power: probability of a significant result if "
+              f"the true copy-suppression rate were {EFFECT_RATE:g}; a null result with power < {ADEQUATE_POWER:.0%} "
+              "is *not testable*. Detectable rate: the smallest rate found with 80% power.", "",
+              "| condition | learned / runs | CS models | p | critical count | power at rate 0.5 | detectable rate | status |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in tests.itertuples():
+        lines.append(f"| {r.condition} | {r.learned}/{r.runs} | {r.copy_suppression} | {r.p_value:.3g} | {r.critical} | "
+                     f"{r.power:.2f} | {r.detectable_rate:.2f} | {r.status} |")
+    found = tests[tests.status == "found"]
+    lines += ["", f"Combined (Šidák over conditions): p = {combined:.3g}.", "", "## Verdict", ""]
+    if len(found):
+        lines.append("Copy-suppression found in: " + "; ".join(
+            f"{r.condition} ({r.copy_suppression}/{r.learned}, p = {r.p_value:.3g}, power {r.power:.2f})"
+            for r in found.itertuples()) + ".")
+    else:
+        absent = tests[tests.status == "absent"]
+        lines.append(f"No condition shows copy-suppression above a rate of {NULL_RATE:g} "
+                     f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
+                     f"learned runs). Absent with ≥ {ADEQUATE_POWER:.0%} power to detect a rate of {EFFECT_RATE:g} in: "
+                     + (", ".join(absent.condition) or "none") + "; not testable in: "
+                     + (", ".join(tests[tests.status == 'not testable'].condition) or "none") + ".")
+    return "\n".join(lines) + "\n"

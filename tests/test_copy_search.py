@@ -1,0 +1,148 @@
+"""The copy-suppression search (headway.studies.sorting.search, scripts/search_copy_suppression.py):
+a hand-set copy/suppress model is counted, the per-condition test says found / absent / not testable
+as its power allows, and a tiny grid trains, resumes and writes its tables."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from headway.model.config import ModelConfig
+from headway.model.transformer import EnsembleTransformer
+from headway.runs import layout
+from headway.studies.sorting.search import (
+    condition_tests,
+    classify_runs,
+    fractions,
+    model_modes,
+    search_runs,
+    write_report,
+)
+from headway.tasks.sorting import SortingConfig
+from headway.train.sweep import train_runs
+
+TASK = SortingConfig(length=6, values=21)
+V = TASK.values
+ROOT = Path(__file__).resolve().parents[1]
+# A tiny recipe over the sorting model's shape (1 layer, attention-only): seconds to train.
+TINY = {"task": "sorting", "length": 6, "values": 21, "layers": 1, "heads": 2, "d_model": 16, "d_mlp": 0,
+        "batch_size": 32, "steps": 20, "train_size": 1024, "val_size": 128, "eval_every": 10,
+        "checkpoint_every": 10, "log_checkpoints": 3, "weight_decay": 0.005}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _noise(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale
+
+
+def _hand_model() -> EnsembleTransformer:
+    """2 instances, 2 heads, LayerNorm on, one-hot token embeddings: instance 0 has head 0 copying the
+    low half and head 1 the high half (splitting); instance 1 has head 0 copying every number and
+    head 1, with the same QK weights, suppressing every number (copy-suppression)."""
+    d = 32
+    model = EnsembleTransformer(ModelConfig(layers=1, heads=2, d_model=d, d_head=d, d_mlp=0), TASK.d_vocab,
+                                TASK.n_ctx, TASK.d_out, 2)
+    keep = [[range(10), range(10, V)], [range(V), range(V)]]
+    sign = [[1, 1], [1, -1]]
+    with torch.no_grad():
+        model.embed.W_E[:, :, : TASK.d_vocab] = torch.eye(TASK.d_vocab)
+        model.pos_embed.W_pos[:, :, TASK.d_vocab :] = _noise(1, 2, TASK.n_ctx, d - TASK.d_vocab)
+        model.unembed.W_U[:, :V, :V] = torch.eye(V)
+        attn = model.blocks[0].attn
+        attn.W_Q.copy_(_noise(2, 2, 2, d, d, scale=0.2))
+        attn.W_K.copy_(_noise(3, 2, 2, d, d, scale=0.2))
+        attn.W_Q[1, 1], attn.W_K[1, 1] = attn.W_Q[1, 0], attn.W_K[1, 0]
+        for e in range(2):
+            for h in range(2):
+                diagonal = torch.zeros(d)
+                diagonal[list(keep[e][h])] = 1.0
+                attn.W_V[e, h] = torch.diag(diagonal)
+                attn.W_O[e, h] = sign[e][h] * torch.eye(d)
+    return model
+
+
+def _table(modes: list[str], condition: str = "c", accuracy: float = 1.0) -> pd.DataFrame:
+    return pd.DataFrame({"condition": condition, "mode": modes, "val_accuracy": accuracy, "mean_gap": 2.0,
+                         "weight_decay": 0.005})
+
+
+def test_a_hand_set_copy_suppression_model_is_classified_and_counted():
+    modes = model_modes(_hand_model(), TASK, examples=200)
+    assert modes["mode"].tolist() == ["splitting", "copy_suppression"]
+    assert (modes.copier.iloc[1], modes.suppressor.iloc[1]) == (0, 1)
+    assert modes.cs_at_copy.isna().iloc[0] and modes.cs_at_copy.iloc[1] == 2.0  # CS at every copy threshold swept
+    table = pd.concat([_table([m], "hand") for m in modes["mode"]], ignore_index=True)
+    shares = fractions(table).set_index("mode")
+    assert shares.loc["copy_suppression", "count"] == 1 and shares.loc["copy_suppression", "n"] == 2
+    assert shares.loc["copy_suppression", "ci_low"] < 0.5 < shares.loc["copy_suppression", "ci_high"]
+    tests, _ = condition_tests(table)
+    assert tests.copy_suppression.tolist() == [1]
+
+
+def test_the_condition_test_says_found_absent_or_not_testable_by_its_power():
+    table = pd.concat([_table(["copy_suppression"] * 4 + ["splitting"] * 4, "found"),
+                       _table(["splitting"] * 8, "absent"),
+                       _table(["splitting"] * 3, "few"),
+                       _table(["copy_suppression"] * 3, "unlearned", accuracy=0.5)], ignore_index=True)
+    tests, combined = condition_tests(table)
+    tests = tests.set_index("condition")
+    # 4 conditions: α = 0.0127 each; 8 learned seeds need 3 CS models (power 0.86 at rate 0.5), 3 seeds cannot
+    assert tests.status.to_dict() == {"found": "found", "absent": "absent", "few": "not testable",
+                                      "unlearned": "not testable"}
+    assert tests.loc["absent", "critical"] == 3 and tests.loc["absent", "power"] == pytest.approx(0.855, abs=1e-3)
+    assert tests.loc["found", "p_value"] == pytest.approx(1 - sum(
+        __import__("math").comb(8, i) * 0.05 ** i * 0.95 ** (8 - i) for i in range(4)))
+    assert tests.loc["unlearned", "learned"] == 0 and tests.loc["unlearned", "runs"] == 3
+    assert combined == pytest.approx(1 - (1 - tests.p_value.min()) ** 4)
+    alone, _ = condition_tests(_table(["splitting"] * 4, "absent"))  # 4 seeds: 2 needed, power 0.69 at rate 0.5
+    assert alone.status.tolist() == ["not testable"] and alone.power.iloc[0] == pytest.approx(11 / 16)
+    rare, _ = condition_tests(_table(["copy_suppression"] + ["splitting"] * 15))
+    assert rare.status.tolist() == ["rare (not above the null rate)"]
+
+
+def test_a_tiny_search_trains_resumes_and_writes_its_tables(tmp_path):
+    named = search_runs({"distinct": {}, "repeats": {"repeats": True, "weight_decay": 0.0}}, (0, 1), base=TINY)
+    assert [name for name, _ in named] == ["distinct"] * 2 + ["repeats"] * 2
+    runs = [run for _, run in named]
+    train_runs(runs, tmp_path / "runs", device="cpu", progress=False)
+    ensembles = layout.ensemble_dirs(tmp_path / "runs")
+    stamp = {p: p.stat().st_mtime_ns for d in ensembles for p in (d / "checkpoints").iterdir()}
+    train_runs(runs, tmp_path / "runs", device="cpu", progress=False)  # done: nothing retrained
+    assert {p: p.stat().st_mtime_ns for d in ensembles for p in (d / "checkpoints").iterdir()} == stamp
+    table = classify_runs(tmp_path / "runs", named, examples=100)
+    assert table.condition.tolist() == ["distinct"] * 2 + ["repeats"] * 2
+    assert table.repeats.tolist() == [False, False, True, True] and table.weight_decay.tolist()[2:] == [0.0, 0.0]
+    assert {"run_id", "seed", "val_accuracy", "learned", "mode", "cs_at_copy", "repeat_share",
+            "suppress_fraction_h1"} <= set(table.columns)
+    assert table.repeat_share.iloc[0] == 0.0 and table.repeat_share.iloc[2] > 0.0
+    table["val_accuracy"] = 1.0  # 20 steps learn nothing; count the modes anyway to check the tables
+    report = write_report(tmp_path, table, "cmd", 1.0)
+    shares = pd.read_csv(tmp_path / "mode_fractions.csv")
+    assert list(shares.columns) == ["condition", "mean_gap", "weight_decay", "mode", "count", "n", "fraction",
+                                    "ci_low", "ci_high"]
+    assert shares.groupby("condition")["count"].sum().to_dict() == {"distinct": 2, "repeats": 2}
+    tests = pd.read_csv(tmp_path / "tests.csv")
+    assert tests.condition.tolist() == ["distinct", "repeats"] and set(tests.status) == {"not testable"}
+    text = report.read_text()
+    assert "| distinct | 2 |" in text and "not testable in: distinct, repeats" in text
+
+
+def test_the_script_refuses_an_unknown_condition(capsys):
+    spec = importlib.util.spec_from_file_location("search_script", ROOT / "scripts" / "search_copy_suppression.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.seed_list("0..3") == (0, 1, 2, 3) and script.seed_list("2,5") == (2, 5)
+    with pytest.raises(SystemExit):
+        script.main(["--out", "unused", "--conditions", "nonesuch"])
+    assert "unknown condition" in capsys.readouterr().err
