@@ -75,8 +75,11 @@ def test_the_minimum_depth_table_says_whether_the_bound_was_testable():
 
 def test_the_curriculum_contrast_needs_both_curricula_and_fails_when_answer_only_solves():
     cells = pd.DataFrame([{"part": "plain", "layout": "packed", "attention": "causal", "order": "shuffled", "hops": 2,
-                           "layers": 2, "curriculum": c, "accuracy": a} for c, a in (("ic", 0.99), ("none", 0.3))])
+                           "layers": 2, "curriculum": c, "supervision": "query", "accuracy": a}
+                          for c, a in (("ic", 0.99), ("none", 0.3))])
     assert retrieval.curriculum_contrast(cells).status == "reproduced"
+    dense_only = pd.concat([cells.assign(accuracy=[0.3, 0.3]), cells.iloc[:1].assign(supervision="dense")])
+    assert retrieval.curriculum_contrast(dense_only).status == "not testable"  # dense IC is not the contrast
     assert retrieval.curriculum_contrast(cells[cells.curriculum == "ic"]) is None
     solved_without = cells.assign(accuracy=0.97)
     assert retrieval.curriculum_contrast(solved_without).status == "not reproduced"
@@ -331,3 +334,48 @@ def test_sensitivity_names_where_a_verdict_flips():
                           "value": [0.5, 0.9, 0.95, 0.8, 0.9], "default": [False, True, False, False, True],
                           "status": ["reproduced", "reproduced", "not reproduced", "not reproduced", "not reproduced"]})
     assert flips(table) == ["depth law — solved: reproduced at 0.5, 0.9; not reproduced at 0.95"]
+
+
+def phase_rows(**changes) -> pd.DataFrame:
+    """Two formulations × cells (L2/D2 linear-reachable, L2/D3 solvable beyond L, L1/D2 unsolvable)."""
+    rows = []
+    for supervision in ("query", "dense"):
+        for layers, hops, ceiling in ((2, 2, 1.0), (2, 3, 1.0), (1, 2, 0.25)):
+            rows.append({"supervision": supervision, "attention": "causal", "order": "shuffled", "layout": "packed",
+                         "layers": layers, "hops": hops, "accuracy": 0.3, "ceiling": ceiling,
+                         "solvable": ceiling >= 0.9, "beyond_linear": hops > layers, "solved_runs": 0,
+                         "compositional": 0, "linear": 0})
+    table = pd.DataFrame(rows)
+    for column, values in changes.items():
+        table[column] = values
+    table["solved"] = table.accuracy >= 0.9
+    return table
+
+
+def test_more_hops_than_layers_needs_a_solved_solvable_cell_of_compositional_models():
+    none_solved = retrieval.layers_solve_more_hops(phase_rows())
+    assert none_solved.status == "not reproduced" and "best L2/D3 0.30 (ceiling 1.00)" in none_solved.evidence
+    assert "left out as unsolvable (ceiling < 0.9): 2" in none_solved.evidence
+    dense = [0.3, 0.3, 0.3, 0.99, 0.98, 0.3]
+    shown = retrieval.layers_solve_more_hops(phase_rows(accuracy=dense, solved_runs=[0, 0, 0, 2, 2, 0],
+                                                        compositional=[0, 0, 0, 0, 2, 0], linear=[0, 0, 0, 2, 0, 0]))
+    assert shown.status == "reproduced" and "Formulations showing it: dense/causal/shuffled/packed." in shown.evidence
+    linear = retrieval.layers_solve_more_hops(phase_rows(accuracy=dense, solved_runs=[0, 0, 0, 2, 2, 0],
+                                                         compositional=[0, 0, 0, 0, 1, 0], linear=[0, 0, 0, 2, 1, 0]))
+    assert linear.status == "not reproduced"  # a model solving D > L classified linear contradicts the classifier
+    unsolvable_only = retrieval.layers_solve_more_hops(phase_rows()[lambda t: ~t.solvable | ~t.beyond_linear])
+    assert unsolvable_only.status == "not testable"
+    solved_where_impossible = phase_rows(accuracy=[0.3, 0.3, 0.95, 0.3, 0.3, 0.3])
+    assert retrieval.layers_solve_more_hops(solved_where_impossible).status == "not reproduced"  # unsolvable cells never count
+
+
+def test_the_depth_bound_that_applies_follows_the_attention():
+    from headway.studies.retrieval.depth import depth_table
+
+    rows = [{"run_id": f"{a}{d}{n}", "step": 10, "seed": 0, "attention": a, "order": "shuffled", "layout": "packed",
+             "hops": d, "layers": n, "val_accuracy": 0.95, "vocab": 24, "chains": 4}
+            for a in ("causal", "bidirectional") for d in (3, 4) for n in (2, 3)]
+    table = depth_table(pd.DataFrame(rows), by=("attention", "order", "layout"))
+    bound = table.groupby(["attention", "hops"]).bound.first().to_dict()
+    assert bound == {("bidirectional", 3): 2, ("bidirectional", 4): 2, ("causal", 3): 2, ("causal", 4): 3}
+    assert set(table.theorem_bound[table.hops == 4]) == {2}  # Theorem 1 allows two layers for D = 4

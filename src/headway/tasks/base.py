@@ -111,6 +111,17 @@ class Task(Settings, ABC):
         """Trailing positions read out (1: every target from the last position)."""
 
     @property
+    def train_readout_positions(self) -> int:
+        """Trailing positions the training loss reads (default: those evaluation reads). Dense
+        supervision reads every position, its training targets one row of blocks per position."""
+        return self.readout_positions
+
+    @property
+    def train_targets_masked(self) -> bool:
+        """Whether training targets hold -1 for "no target at this block" (left out of the loss)."""
+        return False
+
+    @property
     def d_out(self) -> int:
         """Readout width per read position: all targets at one position, or one per position."""
         return self.vocab * (self.n_targets if self.readout_positions == 1 else 1)
@@ -142,5 +153,8 @@ class Task(Settings, ABC):
 
     def ensemble_shape(self) -> dict[str, Any]:
         """What runs of this task must share to train in one ensemble (with the model and recipe)."""
-        return {"n_ctx": self.n_ctx, "n_slots": self.n_slots, "d_vocab": self.d_vocab, "d_out": self.d_out,
-                "vocab": self.vocab, "n_targets": self.n_targets}
+        shape = {"n_ctx": self.n_ctx, "n_slots": self.n_slots, "d_vocab": self.d_vocab, "d_out": self.d_out,
+                 "vocab": self.vocab, "n_targets": self.n_targets}
+        if self.train_readout_positions != self.readout_positions:  # absent otherwise: older keys unchanged
+            shape["train_readout_positions"] = self.train_readout_positions
+        return shape

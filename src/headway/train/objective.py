@@ -24,12 +24,15 @@ def readout(model: torch.nn.Module, tokens: Tensor, positions: int = 1) -> Tenso
     return out.reshape(out.shape[0], out.shape[1], -1)
 
 
-def readout_loss(out: Tensor, targets: Tensor, vocab: int, kind: str) -> Tensor:
+def readout_loss(out: Tensor, targets: Tensor, vocab: int, kind: str, masked: bool = False) -> Tensor:
     """Per-instance loss [E] of outputs [E, B, T*vocab] against target symbols [E, B, T].
 
     `mse`: mean squared error to the concatenated one-hot targets (the paper's loss);
-    `cross_entropy`: mean over the T blocks of the softmax cross-entropy.
+    `cross_entropy`: mean over the T blocks of the softmax cross-entropy. With `masked`, a target
+    of -1 means "no target here": its block is left out of the loss and of the mean.
     """
+    if masked:
+        return _masked_loss(out, targets, vocab, kind)
     e, b, t = targets.shape
     if kind == "mse":
         onehot = F.one_hot(targets, vocab).to(out.dtype).view(e, b, t * vocab)
@@ -37,6 +40,22 @@ def readout_loss(out: Tensor, targets: Tensor, vocab: int, kind: str) -> Tensor:
     if kind == "cross_entropy":
         losses = F.cross_entropy(out.reshape(e * b * t, vocab), targets.reshape(-1), reduction="none")
         return losses.view(e, b * t).mean(dim=1)
+    raise ValueError(f"loss = {kind!r} is unknown; choose 'mse' or 'cross_entropy'")
+
+
+def _masked_loss(out: Tensor, targets: Tensor, vocab: int, kind: str) -> Tensor:
+    """readout_loss over the blocks whose target is not -1, averaged per instance over those blocks."""
+    e, b, t = targets.shape
+    valid = targets >= 0
+    count = valid.sum(dim=(1, 2)).clamp(min=1)
+    if kind == "mse":
+        onehot = F.one_hot(targets.clamp(min=0), vocab).to(out.dtype) * valid[..., None]
+        error = (out.view(e, b, t, vocab) - onehot).pow(2) * valid[..., None]
+        return error.sum(dim=(1, 2, 3)) / (count * vocab)
+    if kind == "cross_entropy":
+        losses = F.cross_entropy(out.reshape(e * b * t, vocab), targets.reshape(-1), ignore_index=-1,
+                                 reduction="none")
+        return losses.view(e, b * t).sum(dim=1) / count
     raise ValueError(f"loss = {kind!r} is unknown; choose 'mse' or 'cross_entropy'")
 
 
@@ -66,8 +85,11 @@ def evaluate(model: torch.nn.Module, tokens: Tensor, targets: Tensor, vocab: int
 
 
 def run_loss(task: Task, loss: str) -> Callable[[torch.nn.Module, Tensor, Tensor], Tensor]:
-    """The per-instance training loss of batches of `task` under loss kind `loss`, as
-    `fn(model, tokens, targets) -> [E]` (what SGLD samples)."""
+    """The per-instance training loss of training batches of `task` under loss kind `loss`, as
+    `fn(model, tokens, targets) -> [E]`: what the trainer minimises and SGLD samples. It reads the
+    task's training positions (e.g. every link under dense supervision), masking absent targets."""
+    positions, masked = task.train_readout_positions, task.train_targets_masked
+
     def fn(model: torch.nn.Module, tokens: Tensor, targets: Tensor) -> Tensor:
-        return readout_loss(readout(model, tokens, task.readout_positions), targets, task.vocab, loss)
+        return readout_loss(readout(model, tokens, positions), targets, task.vocab, loss, masked)
     return fn

@@ -23,7 +23,7 @@ from headway.runs.config import RunConfig
 from headway.runs.store import plain_value
 from headway.train.data import EnsembleData
 from headway.train.memory import keep_freed_memory
-from headway.train.objective import evaluate, readout, readout_loss
+from headway.train.objective import evaluate, run_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
 
@@ -90,6 +90,7 @@ class EnsembleTrainer:
         self.cfg = runs[0].train
         self.task = runs[0].task
         self.vocab = self.task.vocab
+        self.loss = run_loss(self.task, self.cfg.loss)
         self._stop_requested = False
         self._reported: set[int] = set()
 
@@ -173,7 +174,7 @@ class EnsembleTrainer:
         cfg = self.cfg
         tokens, targets = data.train_batch(step)
         model.flat.zero_grad()
-        losses = readout_loss(readout(model, tokens, self.task.readout_positions), targets, self.vocab, cfg.loss)
+        losses = self.loss(model, tokens, targets)
         losses.sum().backward()
         grad = model.flat.grad
         norms = grad.norm(dim=1)

@@ -49,8 +49,10 @@ def _statement_labels(cfg: RetrievalConfig, rows: np.ndarray) -> list[str]:
     return labels + [f"Q:{query}"]
 
 
-def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures: Path) -> list[Path]:
-    """Attention maps of the circuit heads on one example and the circuit diagram of one run."""
+def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures: Path, tag: str | None = None,
+                    also: pd.DataFrame | None = None) -> list[Path]:
+    """Attention maps of the circuit heads (and the heads in `also`, e.g. those composing links) on one
+    example and the circuit diagram of one run; files are named by `tag` (default: the run's part)."""
     run_dir = Path(out_dir) / run.ensemble
     members = load_runs(run_dir)
     index = [r.run_id for r in members].index(run.run_id)
@@ -61,11 +63,14 @@ def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures:
     mine = heads[heads.run_id == run.run_id].sort_values(["layer", "head"])
     key = mine[mine.in_circuit]
     key = key if not key.empty else mine[mine.role != "none"]
+    if also is not None:
+        key = pd.concat([key, also]).drop_duplicates(["layer", "head"]).sort_values(["layer", "head"])
     name = f"{run.part}, D={run.hops}, {run.layers} layers, seed {run.seed}"
+    tag = tag or run.part
     maps = plot_attention_maps(patterns, key, _statement_labels(cfg, smap.rows[0]),
-                               [int(s) for s in smap.hop_link[0] if s >= 0], figures / f"attention_{run.part}.png",
+                               [int(s) for s in smap.hop_link[0] if s >= 0], figures / f"attention_{tag}.png",
                                f"Attention of the circuit heads on one example ({name}); red: queried chain")
-    diagram = plot_circuit(mine, figures / f"circuit_{run.part}.png", f"Circuit found automatically ({name})")
+    diagram = plot_circuit(mine, figures / f"circuit_{tag}.png", f"Circuit found automatically ({name})")
     return [maps, diagram]
 
 

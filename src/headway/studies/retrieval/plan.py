@@ -16,7 +16,7 @@ from headway.model.config import ATTENTION_KINDS
 from headway.runs.config import RunConfig, expand_grid
 from headway.studies.base import Plan, axis
 from headway.tasks.registry import scale_settings
-from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS
+from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS, SUPERVISIONS
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
 
@@ -40,6 +40,8 @@ class RetrievalPlan(Plan):
     attentions: tuple[str, ...] = field(default=("causal",),
                                         metadata=axis("Attention: causal, bidirectional.", "attention"))
     orders: tuple[str, ...] = field(default=("shuffled",), metadata=axis("Link orders: shuffled, chain.", "order"))
+    supervisions: tuple[str, ...] = field(default=("query",), metadata=axis(
+        "Supervision: query, dense (every link also predicts its chain; IC only).", "supervision"))
     conditional_base: dict[str, Any] = field(default_factory=dict)
     conditional_layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Conditional grid: layer counts."))
     conditional_hops: tuple[int, ...] = field(
@@ -56,6 +58,7 @@ class RetrievalPlan(Plan):
         _check_choices("layouts", self.layouts, LAYOUTS)
         _check_choices("attentions", self.attentions, ATTENTION_KINDS)
         _check_choices("orders", self.orders, ORDERS)
+        _check_choices("supervisions", self.supervisions, SUPERVISIONS)
         for name in ("layers", "hops", "contrast_hops", "conditional_layers", "conditional_hops"):
             bad = [v for v in getattr(self, name) if v < 1]
             if bad:
@@ -63,16 +66,18 @@ class RetrievalPlan(Plan):
 
     def depth_runs(self) -> list[RunConfig]:
         """Plain-task runs. With one hop the curricula coincide, so D=1 is trained with `ic` only; other
-        curricula are trained at `contrast_hops` only when those are given (a cheaper contrast)."""
+        curricula are trained at `contrast_hops` only when those are given (a cheaper contrast). Dense
+        supervision exists for `ic` only, so the other curricula are trained with the query's."""
         runs = []
         for curriculum in self.curricula:
+            supervisions = list(self.supervisions) if curriculum == "ic" else ["query"]
             hops = [d for d in self.hops
                     if curriculum == "ic" or "ic" not in self.curricula
                     or (d > 1 and (not self.contrast_hops or d in self.contrast_hops))]
             if not hops:
                 continue
             axes = {"layout": list(self.layouts), "attention": list(self.attentions), "order": list(self.orders),
-                    "hops": hops, "layers": list(self.layers), "seed": list(self.seeds)}
+                    "supervision": supervisions, "hops": hops, "layers": list(self.layers), "seed": list(self.seeds)}
             runs += expand_grid({**self.depth_base, "curriculum": curriculum}, axes)
         return runs
 

@@ -8,18 +8,21 @@ from pathlib import Path
 import pandas as pd
 
 from headway.plots.depth import plot_depth
+from headway.plots.phase import plot_learning_curves, plot_phase_diagram
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.report.figures import fresh_figures
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
-from headway.studies.retrieval.rules import NEAR_BASELINE
+from headway.studies.retrieval.phase import cheapest_compositional
+from headway.studies.retrieval.rules import FORMULATION, NEAR_BASELINE
 from headway.studies.retrieval.sensitivity import flips
 from headway.studies.retrieval.tables import FACETS, SOLVED, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
 from headway.studies.verdict import Verdict, verdict_callouts
 from headway.tasks.retrieval.faithfulness import NULL_LEVEL, RANDOM_SETS, SUFFICIENT
+from headway.tasks.retrieval.mechanism import READ_LEVEL
 from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
 
 
@@ -28,6 +31,8 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     figures = fresh_figures(out)
     tables.results.to_csv(out / "results.csv", index=False)
     tables.depth.to_csv(out / "depth_table.csv", index=False)
+    if not tables.phase.empty:
+        tables.phase.to_csv(out / "phase_table.csv", index=False)
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
@@ -36,6 +41,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
                      "not an error.")
     _overview(report, data, tables.final)
     _depth_section(report, tables.depth, tables.minimal, figures)
+    _phase_section(report, data, tables, out / RUNS, figures)
     _mechanism_section(report, out / RUNS, tables, figures)
     _emergence_section(report, tables, figures)
     _probe_section(report, tables, figures)
@@ -87,6 +93,53 @@ def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, f
         report.figure(path, f"Accuracy over layers × hops ({name}).")
     report.table(minimal, "Measured minimum depth per D (fewest layers whose mean accuracy is solved) beside "
                           "the bound ⌈log₃(2D)⌉; empty when no trained depth solved it.")
+
+
+def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, runs_dir: Path, figures: Path) -> None:
+    phase = tables.phase
+    if phase.empty:
+        return
+    report.section("Depth phase diagram")
+    report.paragraph(
+        "Which formulations let L layers solve D > L hops. Each cell gives the mean final-hop accuracy, how many "
+        "of its runs were classified compositional (C: after some layer t the query decodes a hop beyond t, so "
+        "links were composed before the query read them) or linear (L: never more than one hop per layer), and "
+        "the share of link orders from which the information flow of its attention can reach the answer "
+        "(`headway reach`, docs/depth-bound.md). A hatched cell cannot be solved: even a perfect model that "
+        "guesses a chain root where it cannot reach stays below the solved threshold, so failing there is "
+        "not evidence against logarithmic depth.")
+    varying = [c for c in FORMULATION if phase[c].nunique() > 1] or ["supervision"]
+    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying)
+    report.figure(path, "Depth phase diagram, one panel per formulation.")
+    beyond = phase[phase.beyond_linear & phase.solvable]
+    if not beyond.empty:
+        metrics = data.metrics
+        if "supervision" not in metrics.columns:
+            metrics = metrics.assign(supervision="query")
+        runs = metrics[metrics.run_id.isin(set(tables.final.run_id))]
+        path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying)
+        report.figure(path, "Final-hop accuracy against training steps in the solvable cells with D > L, one line "
+                            "per seed: still rising at the end means the step budget, flat means the mechanism.")
+    report.table(phase, "Per formulation and cell: accuracy over seeds, runs solved and their mechanism classes, "
+                        "the median step at which solved runs first reached the threshold, the reachable fraction, "
+                        "the accuracy ceiling and whether the cell is solvable at all.")
+    run = cheapest_compositional(tables.final, tables.mechanism_class)
+    if run is None:
+        report.paragraph("No trained model was classified compositional, so there is no compositional circuit to show.")
+        return
+    heads = tables.heads
+    composing = heads[(heads.run_id == run.run_id) & (heads.layer < run.layers - 1)
+                      & ((heads.link_next >= READ_LEVEL) | (heads.link_prev >= READ_LEVEL))]
+    maps, diagram = example_figures(runs_dir, run, heads, figures, tag="compositional", also=composing)
+    name = f"D = {run.hops} with {run.layers} layers ({', '.join(f'{c} {run[c]}' for c in FORMULATION)}, seed {run.seed})"
+    report.paragraph(
+        f"**The cheapest compositional solution found**: {name}. Its query decodes hops {run.farthest} after "
+        f"layers 1…{run.layers}; its links read {run.reads} before the last layer (strongest head: "
+        f"{run.link_next:.2f} of its attention on the root-ward neighbour, {run.link_prev:.2f} on the leaf-ward one).")
+    report.figure(maps, "Attention maps of its circuit heads and of the heads that compose links (rows: attending "
+                        "statement, columns: attended statement; red: the queried chain).")
+    report.figure(diagram, "Its circuit, found automatically: roles per head, circuit heads outlined with their "
+                           "mean-ablation accuracy drop Δ.")
 
 
 def _mechanism_section(report: Report, runs_dir: Path, tables: RetrievalTables, figures: Path) -> None:

@@ -14,6 +14,7 @@ OTHER_HEAD_LIMIT = 0.05  # ... ablating any single head outside it costs less th
 # with p ≤ NULL_LEVEL only
 REACH_ACCURACY = 0.9  # probe accuracy at which a hop counts as decoded (probe reach)
 PATH_SHARE = 0.5  # a receiver reads its senders when the path carries ≥ this share of their direct flip
+FORMULATION = ("supervision", "attention", "order", "layout")  # what one panel of the depth phase diagram holds fixed
 
 
 def carries_answer(table: pd.DataFrame, near: float = NEAR_BASELINE, other_limit: float = OTHER_HEAD_LIMIT,

@@ -15,13 +15,14 @@ from headway.analysis.emergence import emergence_table, order_consistency
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
 from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.studies.retrieval.phase import phase_table, run_mechanisms
 from headway.studies.retrieval.rules import REACH_ACCURACY, SOLVED, carries_answer
 from headway.studies.retrieval.sensitivity import REACH_SWEEP, verdict_sensitivity
 from headway.studies.verdict import Verdict
 from headway.tasks.retrieval.probes import probe_reach
 from headway.tasks.retrieval.roles import role_columns
 
-FACETS = ("part", "curriculum", "layout", "attention", "order")
+FACETS = ("part", "curriculum", "layout", "attention", "order", "supervision")
 CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy", "circuit_resample_accuracy", "rest_ablated_accuracy",
                    "rest_resample_accuracy", "all_ablated_accuracy", "faithfulness", "minimal_heads", "minimal_circuit",
                    "minimal_faithfulness", "random_sets", "random_ablated_accuracy", "random_rest_accuracy", "p_necessary",
@@ -46,11 +47,16 @@ class RetrievalTables:
     results: pd.DataFrame  # one row per run, everything above
     heads: pd.DataFrame  # every head of every model, with its role and effects
     probes: pd.DataFrame  # probe accuracy per run, site, layer and hop
+    mechanism_class: pd.DataFrame  # per plain run: linear, compositional or unsolved, and the evidence
+    phase: pd.DataFrame  # the depth phase diagram: per formulation, hops and layers (phase_table)
 
 
 def summarise(data: StudyData) -> RetrievalTables:
     """The study's tables from the gathered metrics and analysis tables."""
     metrics = data.metrics.assign(part=np.where(data.metrics.conditional.astype(bool), "conditional", "plain"))
+    if "supervision" not in metrics.columns:  # runs stored before the setting existed
+        metrics["supervision"] = "query"
+    metrics["supervision"] = metrics.supervision.fillna("query")
     final = final_runs(metrics)
     heads, circuit = data.tables["heads"], data.tables["circuit"]
     mechanism = mechanism_table(final, heads, circuit)
@@ -66,11 +72,13 @@ def summarise(data: StudyData) -> RetrievalTables:
     reach = reach_at[REACH_ACCURACY]  # the sweep holds the default threshold's table
     sensitivity = verdict_sensitivity(metrics, facets, mechanism, data.tables["circuit_sensitivity"], final,
                                       paths, reach_at)
+    mechanism_class = run_mechanisms(final, data.tables["probes"], heads)
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
                            sensitivity=sensitivity, reach=reach, curves=curves, hops=hops,
                            emergence=emergence_summary(curves, cells), hop_emergence=emergence_summary(hops, cells),
-                           results=results_table(mechanism, reach, curves), heads=heads,
-                           probes=data.tables["probes"])
+                           results=results_table(mechanism, reach, curves, mechanism_class), heads=heads,
+                           probes=data.tables["probes"], mechanism_class=mechanism_class,
+                           phase=phase_table(final, metrics, mechanism_class))
 
 
 def final_runs(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -156,9 +164,11 @@ def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame, threshold: floa
     return pd.concat(frames, ignore_index=True).merge(final[["run_id"]], on="run_id")
 
 
-def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: mechanism columns, the query reach after each layer and the emergence order."""
-    table = mechanism.copy()
+def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataFrame,
+                  mechanism_class: pd.DataFrame) -> pd.DataFrame:
+    """One row per run: circuit columns, its mechanism class, the query reach after each layer and the
+    emergence order."""
+    table = mechanism.merge(mechanism_class, on="run_id", how="left")
     query = reach[reach.site == "query"]
     if not query.empty:
         text = query.sort_values("layer").groupby("run_id").reach.agg(lambda r: " ".join(str(int(v)) for v in r))
@@ -184,7 +194,7 @@ def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdic
         "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),
         "threshold_sensitivity": records(tables.sensitivity),
         "emergence": records(tables.emergence), "hop_emergence": records(tables.hop_emergence),
-        "probe_reach": records(tables.reach),
+        "probe_reach": records(tables.reach), "phase": records(tables.phase),
     }
 
 

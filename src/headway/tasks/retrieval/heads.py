@@ -75,14 +75,31 @@ def head_scores(patterns: np.ndarray, cfg: RetrievalConfig, smap: StatementMap, 
     return pd.DataFrame(frame)
 
 
-def _pair_mass(patterns: np.ndarray, is_link: np.ndarray, target: np.ndarray, causal: bool) -> np.ndarray:
-    """Mean attention from each link to its `target` statement over the visible pairs, [E, L, H]."""
+def uniform_link_mass(smap: StatementMap, causal: bool) -> tuple[float, float]:
+    """The `link_next` and `link_prev` a head attending uniformly to what it sees would score on these
+    examples: the level a head must clearly beat before it counts as reading a chain neighbour
+    (NaN where no pair is visible)."""
+    p = smap.n_statements
+    out = []
+    for target in (smap.next_link, smap.prev_link):
+        ex, pos = _visible_pairs(smap.is_link, target, causal)
+        share = 1.0 / (pos + 1) if causal else np.full(len(pos), 1.0 / p)
+        out.append(float(share.mean()) if len(pos) else float("nan"))
+    return out[0], out[1]
+
+
+def _visible_pairs(is_link: np.ndarray, target: np.ndarray, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(example, statement) of every link whose `target` statement exists and the mask lets it see."""
     n, p = target.shape
-    source = np.broadcast_to(np.arange(p), (n, p))
     valid = is_link & (target >= 0)
     if causal:
-        valid &= target <= source
-    ex, pos = np.nonzero(valid)
+        valid &= target <= np.broadcast_to(np.arange(p), (n, p))
+    return np.nonzero(valid)
+
+
+def _pair_mass(patterns: np.ndarray, is_link: np.ndarray, target: np.ndarray, causal: bool) -> np.ndarray:
+    """Mean attention from each link to its `target` statement over the visible pairs, [E, L, H]."""
+    ex, pos = _visible_pairs(is_link, target, causal)
     if len(ex) == 0:
         return np.full(patterns.shape[:1] + patterns.shape[2:4], np.nan)
     mass = patterns[:, ex, :, :, pos, target[ex, pos]]  # [pairs, E, L, H] (advanced indices first)

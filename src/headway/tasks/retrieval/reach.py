@@ -105,6 +105,18 @@ def accuracy_ceiling(fraction: float, chains: int) -> float:
     return fraction + (1.0 - fraction) / chains
 
 
+def min_layers_reaching(hops: int, attention: str = "causal", order: str = "shuffled", layout: str = "packed",
+                        chains: int = 4, accuracy: float = 0.9) -> int:
+    """The fewest layers whose accuracy ceiling reaches `accuracy`: the depth bound that applies to
+    one attention mode, order and layout (Theorem 1's ⌈log₃(2D)⌉ under bidirectional packed
+    attention; more under a causal mask). Simulated cells use their point estimate."""
+    check_number("accuracy", accuracy, 0.0, 1.0)
+    layers = 1
+    while accuracy_ceiling(reachable_fraction(hops, layers, attention, order, layout).fraction, chains) < accuracy:
+        layers += 1  # one hop per layer always reaches, so this ends by layers = hops (+1 when flat)
+    return layers
+
+
 def reach_table(hops: Iterable[int], layers: Iterable[int], attentions: Iterable[str] = ATTENTION_KINDS,
                 orders: Iterable[str] = ORDERS, layouts: Iterable[str] = ("packed",), chains: int = 4, *,
                 samples: int = 20000, seed: int = 0) -> pd.DataFrame:

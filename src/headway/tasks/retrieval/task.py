@@ -34,6 +34,13 @@ RULE = V+R+C+1, QUERY = V+R+C+2; base_vocab = V+R+C+3. Every statement has three
 
 In both variants the model reads out at the last position. Targets: ``ic`` gives the symbols
 along the queried chain hop by hop (x_{D-1}, ..., x_0); ``none`` and ``mixture`` give x_0 alone.
+
+Supervision (plain variant, ``ic``). ``query``: training targets as above. ``dense``: training
+also reads out at every link, with the same D blocks: the link ``[x_k, x_{k-1}]`` of any chain
+targets x_{k-1}, ..., x_0 of its own chain and -1 ("no target") in the blocks past its root; the
+query keeps its targets. Training targets are then [N, n_ctx * D], one row of D blocks per
+position (flat: the link's right slot carries them, its left slot and the query symbol -1).
+Validation examples keep the query's targets, so accuracy means the same under both.
 """
 
 from __future__ import annotations
@@ -54,9 +61,10 @@ from headway.tasks.retrieval.variants import draw_conditional, draw_plain
 LAYOUTS = ("packed", "flat")
 ORDERS = ("shuffled", "chain")
 CURRICULA = ("ic", "none", "mixture")
+SUPERVISIONS = ("query", "dense")
 
 _INT_FIELDS = ("vocab", "chains", "hops", "relations", "classes")
-_CHOICE_FIELDS = {"layout": LAYOUTS, "order": ORDERS, "curriculum": CURRICULA}
+_CHOICE_FIELDS = {"layout": LAYOUTS, "order": ORDERS, "curriculum": CURRICULA, "supervision": SUPERVISIONS}
 # Examples drawn per vectorised step: small enough that intermediates stay in cache and their
 # buffers get reused (measured about 1.4x faster than one huge step for n = 2**18).
 _CHUNK = 8192
@@ -89,6 +97,9 @@ class RetrievalConfig(Task):
     conditional: bool = False
     relations: int = 2
     classes: int = 2
+    supervision: str = "query"
+
+    LATER: ClassVar[dict[str, Any]] = {"supervision": "query"}
 
     def __post_init__(self) -> None:
         """Store plain checked values and validate, so a bad value fails early with its name."""
@@ -107,6 +118,12 @@ class RetrievalConfig(Task):
             raise ConfigError(f"relations = {self.relations} is too small; the conditional task needs relations >= 2")
         if self.conditional and self.classes < 1:
             raise ConfigError(f"classes = {self.classes} is too small; the conditional task needs classes >= 1")
+        if self.supervision == "dense" and (self.conditional or self.curriculum != "ic"):
+            raise ConfigError(
+                f"supervision = 'dense' needs the plain variant with curriculum 'ic' (got conditional = "
+                f"{self.conditional}, curriculum = {self.curriculum!r}): every link predicts its chain hop by "
+                "hop, as the query does under 'ic'; use supervision 'query' otherwise"
+            )
         if self.vocab < self.n_symbols:
             formula = "chains*(2*hops+1)" if self.conditional else "chains*(hops+1)"
             raise ConfigError(
@@ -170,9 +187,20 @@ class RetrievalConfig(Task):
         """Trailing positions read out: the query alone."""
         return 1
 
+    @property
+    def train_readout_positions(self) -> int:
+        """Positions the training loss reads: every one under dense supervision, else the query."""
+        return self.n_ctx if self.supervision == "dense" else 1
+
+    @property
+    def train_targets_masked(self) -> bool:
+        """Dense training targets hold -1 past each link's root and at positions without a link."""
+        return self.supervision == "dense"
+
     def draw(self, n: int, rng: np.random.Generator, validation: bool = False) -> RetrievalBatch:
-        """n examples; validation examples always query the full depth D."""
-        return generate(self, n, rng, mixture_hops=False if validation else None)
+        """n examples; validation examples always query the full depth D and carry the query's targets."""
+        return generate(self, n, rng, mixture_hops=False if validation else None,
+                        dense=False if validation else None)
 
     def accuracy_columns(self, per_target: list[float], all_correct: float, split: str = "val") -> dict[str, float]:
         """Logged accuracies: the answer's (the last target), and every hop's under the curriculum."""
@@ -202,9 +230,11 @@ class RetrievalBatch(ArrayBatch):
 
 
 def generate(
-    cfg: RetrievalConfig, n: int, rng: np.random.Generator | int, *, mixture_hops: bool | None = None
+    cfg: RetrievalConfig, n: int, rng: np.random.Generator | int, *, mixture_hops: bool | None = None,
+    dense: bool | None = None,
 ) -> RetrievalBatch:
-    """Draw n independent examples of cfg with explicit randomness (a Generator or an int seed)."""
+    """Draw n independent examples of cfg with explicit randomness (a Generator or an int seed);
+    `dense` (default: the config's supervision) gives every position's targets, not the query's."""
     if not is_integer(n) or n <= 0:
         raise ConfigError(f"n = {n!r} examples requested; use a whole number n >= 1")
     if mixture_hops is None:
@@ -214,13 +244,18 @@ def generate(
             "mixture_hops = True with curriculum = 'ic' leaves later hop targets undefined; "
             "use curriculum 'none' or 'mixture'"
         )
+    if dense is None:
+        dense = cfg.supervision == "dense"
+    if dense and (cfg.conditional or cfg.curriculum != "ic"):
+        raise ConfigError("dense = True needs the plain variant with curriculum 'ic'")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-    return _draw_chunked(cfg, int(n), rng, mixture_hops)
+    return _draw_chunked(cfg, int(n), rng, mixture_hops, dense)
 
 
-def _draw_chunked(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> RetrievalBatch:
+def _draw_chunked(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool,
+                  dense: bool) -> RetrievalBatch:
     """n examples drawn _CHUNK at a time into arrays allocated once (cache-friendly, one output copy)."""
-    chunk = _draw_batch(cfg, min(_CHUNK, n), rng, mixture)
+    chunk = _draw_batch(cfg, min(_CHUNK, n), rng, mixture, dense)
     if n <= _CHUNK:
         return chunk
     out = {
@@ -229,19 +264,22 @@ def _draw_chunked(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixtur
     }
     for start in range(0, n, _CHUNK):
         if start:
-            chunk = _draw_batch(cfg, min(_CHUNK, n - start), rng, mixture)
+            chunk = _draw_batch(cfg, min(_CHUNK, n - start), rng, mixture, dense)
         for name, array in out.items():
             if array is not None:
                 array[start : start + len(chunk)] = getattr(chunk, name)
     return RetrievalBatch(**out)
 
 
-def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> RetrievalBatch:
+def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool,
+                dense: bool) -> RetrievalBatch:
     """One vectorised step: draw the variant's arrays, encode tokens and attach the targets."""
     drawn = draw_conditional(cfg, n, rng, mixture) if cfg.conditional else draw_plain(cfg, n, rng, mixture)
     chain = drawn.chain
     answer = gather(chain, drawn.depth[:, None])[:, 0]
     targets = chain[:, 1:] if cfg.curriculum == "ic" else answer[:, None]
+    if dense:
+        targets = dense_targets(drawn.toward_root, targets, cfg.layout == "packed").reshape(n, -1)
     return RetrievalBatch(
         tokens=encode_rows(drawn.rows, cfg.layout == "packed", cfg.base_vocab),
         targets=targets.astype(np.int64),
@@ -253,3 +291,15 @@ def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture:
         classes=None if drawn.classes is None else drawn.classes.astype(np.int64),
         rules=None if drawn.rules is None else drawn.rules.astype(np.int64),
     )
+
+
+def dense_targets(toward_root: np.ndarray, query_targets: np.ndarray, packed: bool) -> np.ndarray:
+    """Targets of every position [n, n_ctx, D] from each link's chain toward the root
+    [n, links, D] and the query's targets [n, D]; flat layouts give left slots -1."""
+    n, links, hops = toward_root.shape
+    if packed:
+        return np.concatenate([toward_root, query_targets[:, None, :]], axis=1)
+    out = np.full((n, 2 * links + 2, hops), -1, dtype=toward_root.dtype)
+    out[:, 1 : 2 * links : 2] = toward_root
+    out[:, -1] = query_targets
+    return out

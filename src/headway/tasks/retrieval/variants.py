@@ -32,6 +32,7 @@ class Drawn(NamedTuple):
     depth: np.ndarray
     classes: np.ndarray | None = None
     rules: np.ndarray | None = None
+    toward_root: np.ndarray | None = None  # plain: each link's chain x_{k-1} … x_0, -1 padded, [n, links, D]
 
 
 def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> Drawn:
@@ -44,7 +45,11 @@ def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: 
     depth = query_hops(rng, n, d, mixture)
     chain = walk_back(symbols[:, : d + 1], depth)
     query_row = np.stack([chain[:, 0], np.full(n, cfg.vocab)], axis=1)
-    return Drawn(np.concatenate([statements, query_row[:, None, :]], axis=1), statements, chain, depth)
+    behind = np.arange(d)  # block j of link x_k holds x_{k-1-j}: j hops beyond its right side
+    reached = behind <= (order % d)[..., None]
+    toward_root = np.where(reached, gather(symbols, np.maximum(right[..., None] - behind, 0)), -1)
+    rows = np.concatenate([statements, query_row[:, None, :]], axis=1)
+    return Drawn(rows, statements, chain, depth, toward_root=toward_root)
 
 
 def draw_rules(rng: np.random.Generator, n: int, classes: int, relations: int) -> np.ndarray:
