@@ -182,3 +182,12 @@ def test_study_options_come_from_the_plan(capsys):
         assert option in out
     code, _, err = run_cli(["study", "retrieval", "--out", "unused", "--layout", "diagonal", "--dry-run"], capsys)
     assert code == 2 and "diagonal" in err
+
+
+@pytest.mark.slow
+def test_demo_trains_the_composing_cell_and_draws_the_phase_diagram(tmp_path, capsys):
+    code, out, _ = run_cli(["demo", "--out", str(tmp_path), "--layers", "1", "--hops", "1", "--seed", "0"], capsys)
+    assert code == 0, out
+    assert "D=1  layers=1  acc=1.000" in out
+    assert "seed 0: acc=1.000  compositional" in out and "links read root-ward" in out
+    assert (tmp_path / "depth_phase.png").stat().st_size > 10_000

@@ -1,4 +1,5 @@
-"""`headway demo`: the quickstart — a small depth sweep at CPU scale, a table and a figure."""
+"""`headway demo`: the quickstart — a small depth sweep at CPU scale, a table and a figure; with it,
+the cheapest cell where two layers solve more hops than one hop per layer allows."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ from headway.cli.options import parse_values, renamed_options
 @click.option("--seed", default="0,1", show_default=True, help="Seeds per cell.")
 @click.option("--vocab", type=int, default=None, help="Symbols V (CPU scale: 16; need V >= K·(D+1)).")
 @click.option("--chains", type=int, default=None, help="Chains K (CPU scale: 4).")
+@click.option("--compose/--no-compose", default=True, show_default=True,
+              help="Also train 2 layers on 3 hops with dense supervision and links in chain order.")
 @click.option("--device", default="auto", show_default=True)
 @renamed_options({"--seeds": "--seed"})
-def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains: int | None, device: str) -> None:
-    """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law."""
+def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains: int | None, compose: bool,
+         device: str) -> None:
+    """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law; with
+    --compose, also the cell where two layers solve three hops by composing links."""
     from headway.plots.depth import plot_depth
     from headway.runs.config import expand_grid
     from headway.studies.retrieval.depth import depth_table, measured_min_layers
@@ -32,9 +37,12 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     base = scale_settings("cpu", "retrieval")
     base.update({k: v for k, v in (("vocab", vocab), ("chains", chains)) if v is not None})
     runs = expand_grid(base, axes)
+    composing = expand_grid({**base, **COMPOSE_CELL}, {"seed": axes["seed"]}) if compose else []
     click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
-               f"seeds {axes['seed']}) into {out}", err=True)
-    metrics = train_runs(runs, out, device=device)
+               f"seeds {axes['seed']}){f' and {len(composing)} composing runs' if composing else ''} into {out}",
+               err=True)
+    trained = train_runs(runs + composing, out, device=device)
+    metrics = trained[trained.run_id.isin({run.run_id for run in runs})]
     table = depth_table(metrics)
     figure = plot_depth(table, out / "depth_accuracy.png")
     table.to_csv(out / "depth_table.csv", index=False)
@@ -49,3 +57,35 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
         measured = "none of the trained depths" if row.measured_min_layers != row.measured_min_layers else int(row.measured_min_layers)
         click.echo(f"  D={row.hops}: measured {measured}, bound {row.bound}")
     click.echo(f"\nfigure: {figure}\ntable: {out / 'depth_table.csv'}")
+    if composing:
+        _report_composition(out, trained, {run.run_id for run in composing})
+
+
+# The cheapest cell the depth phase diagram found where L layers solve D > L hops (docs/study-retrieval.md).
+COMPOSE_CELL = {"layers": 2, "hops": 3, "order": "chain", "supervision": "dense", "steps": 600}
+
+
+def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
+    """Print the composing runs' accuracy and mechanism class, and draw the phase diagram of every
+    trained cell (one panel per formulation, every run classified)."""
+    import pandas as pd
+
+    from headway.plots.phase import plot_phase_diagram
+    from headway.studies.retrieval.phase import mechanism_evidence, phase_table, run_mechanisms
+    from headway.studies.retrieval.tables import final_runs
+
+    metrics = metrics.assign(part="plain", supervision=metrics.get("supervision", pd.Series(index=metrics.index))
+                             .fillna("query"))
+    final = final_runs(metrics)
+    probes, heads = mechanism_evidence(out, set(final.run_id))
+    classes = run_mechanisms(final, probes, heads)
+    phase = phase_table(final, metrics, classes)
+    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"],
+                                title="headway demo")
+    cell = final[final.run_id.isin(run_ids)].merge(classes, on="run_id")
+    click.echo("\nTwo layers, three hops (dense supervision, links in chain order): more hops than layers,")
+    click.echo("which one hop per layer cannot reach:")
+    for row in cell.itertuples():
+        click.echo(f"  seed {row.seed}: acc={row.val_accuracy:.3f}  {row.mechanism} (query decodes hops "
+                   f"{row.farthest} after layers 1, 2; links read {row.reads})")
+    click.echo(f"figure (every cell, with its mechanism): {figure}")

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from headway.studies.retrieval.rules import FORMULATION, REACH_ACCURACY, SOLVED
-from headway.tasks.retrieval.heads import uniform_link_mass
+from headway.runs import layout
+from headway.runs.store import load_model, load_runs
+from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
 from headway.tasks.retrieval.mechanism import mechanism_table
 from headway.tasks.retrieval.positions import map_statements
+from headway.tasks.retrieval.probes import depth_probes
 from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
 from headway.tasks.retrieval.task import RetrievalConfig, generate
 
@@ -36,6 +40,29 @@ def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFram
     references = [_uniform_reference(_task_of(row), row.attention == "causal") for row in plain.itertuples()]
     models["uniform_next"], models["uniform_prev"] = zip(*references, strict=True)
     return mechanism_table(probes, heads, models, threshold=threshold)
+
+
+def mechanism_evidence(sweep: Path | str, run_ids: set[str], examples: int = 1024,
+                       seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Depth probes and head scores (with `run_id`) of the plain retrieval runs `run_ids` trained under
+    `sweep`: what `run_mechanisms` needs, without the study's full circuit analysis (for a quick sweep
+    such as `headway demo`)."""
+    probes, heads = [], []
+    for run_dir in layout.ensemble_dirs(Path(sweep)):
+        runs = load_runs(run_dir)
+        for index, run in enumerate(runs):
+            if run.run_id not in run_ids:
+                continue
+            task = run.task
+            batch = generate(task, examples, np.random.default_rng(seed))
+            smap = map_statements(task, batch)
+            model = load_model(run_dir, index)
+            probes.append(depth_probes(model, task, batch, smap).assign(run_id=run.run_id))
+            heads.append(head_scores(statement_patterns(model, task, batch.tokens), task, smap,
+                                     run.model.attention == "causal").assign(run_id=run.run_id))
+    if not probes:
+        return pd.DataFrame(), pd.DataFrame()
+    return pd.concat(probes, ignore_index=True), pd.concat(heads, ignore_index=True)
 
 
 def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.DataFrame,
