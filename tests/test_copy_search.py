@@ -82,6 +82,7 @@ def test_a_hand_set_copy_suppression_model_is_classified_and_counted():
     assert modes["mode"].tolist() == ["splitting", "copy_suppression"]
     assert (modes.copier.iloc[1], modes.suppressor.iloc[1]) == (0, 1)
     assert modes.cs_at_copy.isna().iloc[0] and modes.cs_at_copy.iloc[1] == 2.0  # CS at every copy threshold swept
+    assert modes.min_diagonal_score.iloc[0] > -1.0 and modes.min_diagonal_score.iloc[1] < -3.5
     table = pd.concat([_table([m], "hand") for m in modes["mode"]], ignore_index=True)
     shares = fractions(table).set_index("mode")
     assert shares.loc["copy_suppression", "count"] == 1 and shares.loc["copy_suppression", "n"] == 2
