@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--examples", type=int, default=2000, help="lists the readout scale is measured on")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--train-only", action="store_true", help="train, write no tables")
+    parser.add_argument("--classify-step", type=int, default=None,
+                        help="classify the checkpoints at this step and train nothing (a search stopped early)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.conditions.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONDITIONS]
@@ -48,11 +50,12 @@ def main(argv: list[str] | None = None) -> Path:
     started = time.perf_counter()
     from headway.train.sweep import train_runs
 
-    train_runs([run for _, run in named], args.out / "runs", device=args.device, progress=False)
-    print(f"trained in {time.perf_counter() - started:.0f} s", flush=True)
+    if args.classify_step is None:
+        train_runs([run for _, run in named], args.out / "runs", device=args.device, progress=False)
+        print(f"trained in {time.perf_counter() - started:.0f} s", flush=True)
     if args.train_only:
         return args.out
-    table = classify_runs(args.out / "runs", named, args.examples, args.device)
+    table = classify_runs(args.out / "runs", named, args.examples, args.device, args.classify_step)
     command = "python scripts/search_copy_suppression.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     report = write_report(args.out, table, command, time.perf_counter() - started)
     print(report.read_text())

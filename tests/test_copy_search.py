@@ -122,6 +122,8 @@ def test_a_tiny_search_trains_resumes_and_writes_its_tables(tmp_path):
     train_runs(runs, tmp_path / "runs", device="cpu", progress=False)  # done: nothing retrained
     assert {p: p.stat().st_mtime_ns for d in ensembles for p in (d / "checkpoints").iterdir()} == stamp
     table = classify_runs(tmp_path / "runs", named, examples=100)
+    early = classify_runs(tmp_path / "runs", named, examples=100, step=10)  # a search stopped at step 10
+    assert (early.step == 10).all() and (table.step == 20).all()
     assert table.condition.tolist() == ["distinct"] * 2 + ["repeats"] * 2
     assert table.repeats.tolist() == [False, False, True, True] and table.weight_decay.tolist()[2:] == [0.0, 0.0]
     assert {"run_id", "seed", "val_accuracy", "learned", "mode", "cs_at_copy", "repeat_share",

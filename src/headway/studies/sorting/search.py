@@ -97,9 +97,11 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     return modes
 
 
-def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, device: str = "cpu") -> pd.DataFrame:
-    """One row per run of `named` trained under `out`: condition, settings, seed, final accuracies and the
-    mode with every quantity the rule read."""
+def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, device: str = "cpu",
+                  step: int | None = None) -> pd.DataFrame:
+    """One row per run of `named` trained under `out`: condition, settings, seed, accuracies and the mode
+    with every quantity the rule read, at the last checkpoint or at `step` (each ensemble's checkpoint
+    at that step, with the accuracies logged there: a search stopped before its last step)."""
     from headway.runs import layout
     from headway.runs.store import final_metrics, load_metrics, load_model, load_runs
     from headway.studies.base import by_task
@@ -112,14 +114,16 @@ def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, 
             members = [i for i in members if runs[i].run_id in condition]
             if not members:
                 continue
-            model = load_model(run_dir, members, device=device)
+            model = load_model(run_dir, members, step=step, device=device)
             modes = model_modes(model, runs[members[0]].task, examples)
             modes["run_id"] = [runs[members[i]].run_id for i in modes.instance]
             frames.append(modes.drop(columns="instance"))
     if not frames:
         raise ConfigError(f"no trained run of the search under {out}")
     found = pd.concat(frames, ignore_index=True)
-    metrics = final_metrics(load_metrics(out))[["run_id", "val_accuracy", "val_list_accuracy"]]
+    metrics = load_metrics(out)
+    metrics = final_metrics(metrics if step is None else metrics[metrics.step <= step])
+    metrics = metrics[["run_id", "step", "val_accuracy", "val_list_accuracy"]]
     rows = []
     for name, run in named:
         flat = run.flat()
@@ -191,7 +195,7 @@ def condition_summary(table: pd.DataFrame) -> pd.DataFrame:
     frame = table.assign(max_suppress=suppress.max(axis=1), cs_any=table.cs_at_copy.notna())
     grouped = frame.groupby("condition", sort=False)
     return pd.DataFrame({
-        "mean_gap": grouped.mean_gap.first(), "repeat_share": grouped.repeat_share.first(),
+        "step": grouped.step.max(), "mean_gap": grouped.mean_gap.first(), "repeat_share": grouped.repeat_share.first(),
         "min_val_accuracy": grouped.val_accuracy.min(), "median_list_accuracy": grouped.val_list_accuracy.median(),
         "max_suppress_fraction": grouped.max_suppress.max(), "min_diagonal_score": grouped.min_diagonal_score.min(),
         "n_suppressor_models": grouped.n_suppressors.apply(
@@ -216,7 +220,9 @@ def write_report(out: Path, table: pd.DataFrame, command: str, seconds: float) -
 def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, combined: float,
                 summary: pd.DataFrame, command: str, seconds: float) -> str:
     """The markdown report: settings, mode fractions with Wilson intervals, the test and the verdict."""
-    lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", f"Wall time of this call: {seconds:.0f} s", "",
+    steps = ", ".join(f"{r.condition} {int(r.step)}" for r in summary.itertuples())
+    lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", f"Wall time of this call: {seconds:.0f} s  ",
+             f"Models classified at step: {steps}", "",
              "## Conditions", "", "| condition | settings over the cpu recipe | realised δ̄ | share of 0 gaps | "
              "lowest val acc | median whole-list acc | largest suppressed fraction | lowest diagonal score | "
              "models with a suppressor | CS at some copy threshold 2–4.5 |", "|---|---|---|---|---|---|---|---|---|---|"]
