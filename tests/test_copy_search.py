@@ -129,6 +129,8 @@ def test_a_tiny_search_trains_resumes_and_writes_its_tables(tmp_path):
     assert {"run_id", "seed", "val_accuracy", "learned", "mode", "cs_at_copy", "repeat_share",
             "suppress_fraction_h1"} <= set(table.columns)
     assert table.repeat_share.iloc[0] == 0.0 and table.repeat_share.iloc[2] > 0.0
+    assert table.accuracy_gap0.iloc[:2].isna().all() and table.accuracy_gap0.iloc[2:].between(0, 1).all()
+    assert table.accuracy_gap_other.between(0, 1).all()
     table["val_accuracy"] = 1.0  # 20 steps learn nothing; count the modes anyway to check the tables
     report = write_report(tmp_path, table, "cmd", 1.0)
     shares = pd.read_csv(tmp_path / "mode_fractions.csv")

@@ -92,6 +92,16 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     # the smallest swept copy threshold at which the rule calls the model copy-suppression (NaN: at none);
     # descriptive only: the test reads the mode at the default thresholds
     modes["cs_at_copy"] = modes.instance.map(sweep[sweep["mode"] == SUPPRESSOR].groupby("instance").value.min())
+    # teacher-forced accuracy on targets equal to the number before them (gap 0: a repeat to write again)
+    # and on the others: whether the model handles repeats at all
+    from headway.tasks.sorting.effects import ablate_heads
+
+    bins = ablate_heads(model, batch, task, kinds=(), all_heads=False)
+    for column, chosen in (("accuracy_gap0", bins.gap_bin == "0"),
+                           ("accuracy_gap_other", ~bins.gap_bin.isin(["0", "all"]))):
+        part = bins[chosen].assign(hits=lambda f: f.accuracy * f["count"])
+        sums = part.groupby("instance")[["hits", "count"]].sum()
+        modes[column] = modes.instance.map(sums.hits / sums["count"])
     modes["mean_gap"] = float(batch.gaps.mean())
     modes["repeat_share"] = float((batch.gaps == 0).mean())
     return modes
@@ -197,6 +207,7 @@ def condition_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "step": grouped.step.max(), "mean_gap": grouped.mean_gap.first(), "repeat_share": grouped.repeat_share.first(),
         "min_val_accuracy": grouped.val_accuracy.min(), "median_list_accuracy": grouped.val_list_accuracy.median(),
+        "accuracy_gap0": grouped.accuracy_gap0.median(), "accuracy_gap_other": grouped.accuracy_gap_other.median(),
         "max_suppress_fraction": grouped.max_suppress.max(), "min_diagonal_score": grouped.min_diagonal_score.min(),
         "n_suppressor_models": grouped.n_suppressors.apply(
             lambda s: int((s > 0).sum())), "cs_at_some_copy_threshold": grouped.cs_any.sum().astype(int),
@@ -224,13 +235,15 @@ def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, 
     lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", f"Wall time of this call: {seconds:.0f} s  ",
              f"Models classified at step: {steps}", "",
              "## Conditions", "", "| condition | settings over the cpu recipe | realised δ̄ | share of 0 gaps | "
-             "lowest val acc | median whole-list acc | largest suppressed fraction | lowest diagonal score | "
-             "models with a suppressor | CS at some copy threshold 2–4.5 |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "lowest val acc | median whole-list acc | median acc on repeats (gap 0) / other targets | "
+             "largest suppressed fraction | lowest diagonal score | models with a suppressor | "
+             "CS at some copy threshold 2–4.5 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary.itertuples():
         settings = CONDITIONS.get(row.condition, {})
         text = ", ".join(f"{k} {v}" for k, v in settings.items()) or "(the recipe)"
         lines.append(f"| {row.condition} | {text} | {row.mean_gap:.2f} | {row.repeat_share:.2f} | "
-                     f"{row.min_val_accuracy:.3f} | {row.median_list_accuracy:.3f} | {row.max_suppress_fraction:.2f} | "
+                     f"{row.min_val_accuracy:.3f} | {row.median_list_accuracy:.3f} | {row.accuracy_gap0:.3f} / "
+                     f"{row.accuracy_gap_other:.3f} | {row.max_suppress_fraction:.2f} | "
                      f"{row.min_diagonal_score:.2f} | {row.n_suppressor_models} | {row.cs_at_some_copy_threshold} |")
     lines += ["", "## Mode fractions (learned runs, Wilson 95% intervals)", "",
               "| condition | n | splitting | copy_suppression | overlapping | other |", "|---|---|---|---|---|---|"]
