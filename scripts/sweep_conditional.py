@@ -185,7 +185,11 @@ def figure(recipe_runs: list[tuple[str, RunConfig]], metrics: pd.DataFrame, path
     fig = Figure(figsize=(8, 5))
     ax = fig.subplots()
     names = list(dict.fromkeys(r for r, _ in recipe_runs if recipes is None or r in recipes))
-    colours = matplotlib.colormaps["tab20"].resampled(max(len(names), 1))
+    palette = matplotlib.colormaps["tab10"]
+
+    def colours(i: int):
+        return palette(i % 10)
+
     for i, name in enumerate(names):
         ids = [run.run_id for r, run in recipe_runs if r == name]
         m = metrics[metrics.run_id.isin(ids)]
