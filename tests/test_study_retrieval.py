@@ -11,6 +11,7 @@ import pytest
 from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.studies.retrieval.plan import RetrievalPlan, study_plan
+from headway.studies.retrieval.verdicts import COMPOSITION_CLAIM, DEPTH_CLAIM
 
 pytestmark = pytest.mark.slow
 ARGS = ["study", "retrieval", "--scale", "cpu", "--layers", "1,2", "--hops", "1,2", "--seed", "0,1",
@@ -30,8 +31,22 @@ def test_the_small_grid_measures_each_depth_but_cannot_test_the_law(study):
     minimum = {row["hops"]: row["measured_min_layers"] for row in summary["minimum_depth"]}
     assert minimum == {1: 1, 2: 2}
     verdicts = {v["claim"]: v for v in summary["verdicts"]}
-    depth = verdicts["The minimum depth is ⌈log₃(2D)⌉ (IC, plain task)"]
+    depth = verdicts[DEPTH_CLAIM]
     assert depth["status"] == "not testable" and "D=2: measured 2, bound 2 (not discriminating" in depth["evidence"]
+
+
+def test_the_phase_diagram_classifies_every_solved_model_and_cannot_test_composition_here(study):
+    """No cell has D > L and a reachable answer (one layer reaches 0% of two-hop orders), so the
+    composition claim is not testable; the solved models take one hop per layer: linear."""
+    phase = pd.read_csv(study / "phase_table.csv").set_index(["layers", "hops"])
+    assert phase.loc[(1, 2), "reachable"] == 0.0 and not phase.loc[(1, 2), "solvable"]
+    assert phase.loc[(2, 2), "reachable"] == 1.0 and phase.loc[(2, 2), "solved"]
+    results = pd.read_csv(study / "results.csv")
+    assert set(results[results.solved].mechanism) == {"linear"}
+    assert set(results[~results.solved].mechanism) <= {"unsolved"}
+    verdicts = {v["claim"]: v for v in json.loads((study / "summary.json").read_text())["verdicts"]}
+    assert verdicts[COMPOSITION_CLAIM]["status"] == "not testable"
+    assert (study / "figures" / "phase_diagram.png").is_file()
 
 
 def test_named_heads_carry_the_answer_and_no_other_head_matters(study):
@@ -80,8 +95,8 @@ def test_report_embeds_every_figure(study):
     html = (study / "report.html").read_text()
     figures = sorted((study / "figures").glob("*.png"))
     names = {f.stem for f in figures}
-    assert {"depth_plain_ic_packed_causal_shuffled", "attention_plain", "circuit_plain", "emergence_heads",
-            "emergence_hops", "probe_reach", "probe_accuracy"} <= names
+    assert {"depth_plain_ic_packed_causal_shuffled_query", "phase_diagram", "attention_plain", "circuit_plain",
+            "emergence_heads", "emergence_hops", "probe_reach", "probe_accuracy"} <= names
     assert html.count('src="data:image/png;base64,') == len(figures)
     for figure in figures:
         assert base64.b64encode(figure.read_bytes()).decode() in html

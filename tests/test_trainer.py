@@ -172,3 +172,17 @@ def test_ctrl_c_saves_the_state_and_the_same_command_resumes(tmp_path):
     assert checkpoint_steps(straight) == checkpoint_steps(run_dir)
     pd.testing.assert_frame_equal(pd.read_parquet(straight / layout.METRICS), pd.read_parquet(run_dir / layout.METRICS))
     assert all(torch.equal(a, b) for a, b in zip(final_weights(straight).values(), final_weights(run_dir).values()))
+
+
+def test_a_run_killed_before_its_first_update_resumes_without_logging_step_zero_twice(tmp_path, monkeypatch):
+    run = tiny_run(steps=4, eval_every=2)
+    trainer = EnsembleTrainer([run], tmp_path, progress=False)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer, "train_step", killed)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.fit()  # step 0 was logged and its state saved; no update happened
+    metrics = EnsembleTrainer([run], tmp_path, progress=False).fit()
+    assert metrics.step.tolist() == [0, 2, 4]

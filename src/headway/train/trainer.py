@@ -128,7 +128,7 @@ class EnsembleTrainer:
         on_main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, self._request_stop) if on_main_thread else None
         try:
-            if start == 0:
+            if resumed is None:  # a state saved at step 0 already holds step 0's row
                 self._log(model, data, state, 0, rows, bar)
                 self._save(model, optim, state, 0, rows, keep)
             for step in range(start, cfg.steps):
