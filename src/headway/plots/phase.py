@@ -13,7 +13,7 @@ from matplotlib.patches import Rectangle
 
 from headway.errors import ConfigError
 
-SOLVED = 0.9
+from headway.studies.retrieval.rules import SOLVED
 
 
 def _panel_name(key: tuple, columns: list[str]) -> str:
