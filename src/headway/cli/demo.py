@@ -72,6 +72,7 @@ def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
 
     from headway.plots.phase import plot_phase_diagram
     from headway.studies.retrieval.phase import mechanism_evidence, phase_table, run_mechanisms
+    from headway.studies.retrieval.rules import SOLVED
     from headway.studies.retrieval.tables import final_runs
 
     metrics = metrics.assign(part="plain", supervision=metrics.get("supervision", pd.Series(index=metrics.index))
@@ -80,7 +81,7 @@ def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
     probes, heads = mechanism_evidence(out, set(final.run_id))
     classes = run_mechanisms(final, probes, heads)
     phase = phase_table(final, metrics, classes)
-    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"],
+    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"], SOLVED,
                                 title="headway demo")
     cell = final[final.run_id.isin(run_ids)].merge(classes, on="run_id")
     click.echo("\nTwo layers, three hops (dense supervision, links in chain order): more hops than layers,")

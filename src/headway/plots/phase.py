@@ -13,14 +13,13 @@ from matplotlib.patches import Rectangle
 
 from headway.errors import ConfigError
 
-from headway.studies.retrieval.rules import SOLVED
 
 
 def _panel_name(key: tuple, columns: list[str]) -> str:
     return ", ".join(f"{c} {v}" for c, v in zip(columns, key, strict=True))
 
 
-def plot_phase_diagram(phase: pd.DataFrame, path: Path | str, by: list[str], threshold: float = SOLVED,
+def plot_phase_diagram(phase: pd.DataFrame, path: Path | str, by: list[str], threshold: float,
                        title: str = "Depth phase diagram") -> Path:
     """One heat-map panel per formulation (`by` columns of `phase_table` output): mean final-hop accuracy
     per layers × hops, each cell annotated with its accuracy, how many runs were compositional (C) or
@@ -67,7 +66,7 @@ def plot_phase_diagram(phase: pd.DataFrame, path: Path | str, by: list[str], thr
 
 
 def plot_learning_curves(metrics: pd.DataFrame, cells: pd.DataFrame, path: Path | str, by: list[str],
-                         threshold: float = SOLVED) -> Path:
+                         threshold: float) -> Path:
     """Validation accuracy against training steps, one panel per (layers, hops) cell of `cells`, one
     colour per formulation (`by`) and one line per seed: a cell still rising at the last step failed for
     want of budget, a flat one for want of a mechanism."""

@@ -109,7 +109,7 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         "guesses a chain root where it cannot reach stays below the solved threshold, so failing there is "
         "not evidence against logarithmic depth.")
     varying = [c for c in FORMULATION if phase[c].nunique() > 1] or ["supervision"]
-    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying)
+    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying, SOLVED)
     report.figure(path, "Depth phase diagram, one panel per formulation.")
     beyond = phase[phase.beyond_linear & phase.solvable]
     if not beyond.empty:
@@ -117,7 +117,8 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         if "supervision" not in metrics.columns:
             metrics = metrics.assign(supervision="query")
         runs = metrics[metrics.run_id.isin(set(tables.final.run_id))]
-        path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying)
+        path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying,
+                                    SOLVED)
         report.figure(path, "Final-hop accuracy against training steps in the solvable cells with D > L, one line "
                             "per seed: still rising at the end means the step budget, flat means the mechanism.")
     report.table(phase, "Per formulation and cell: accuracy over seeds, runs solved and their mechanism classes, "
