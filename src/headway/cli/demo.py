@@ -68,15 +68,12 @@ COMPOSE_CELL = {"layers": 2, "hops": 3, "order": "chain", "supervision": "dense"
 def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
     """Print the composing runs' accuracy and mechanism class, and draw the phase diagram of every
     trained cell (one panel per formulation, every run classified)."""
-    import pandas as pd
-
     from headway.plots.phase import plot_phase_diagram
     from headway.studies.retrieval.phase import mechanism_evidence, phase_table, run_mechanisms
     from headway.studies.retrieval.rules import SOLVED
     from headway.studies.retrieval.tables import final_runs
 
-    metrics = metrics.assign(part="plain", supervision=metrics.get("supervision", pd.Series(index=metrics.index))
-                             .fillna("query"))
+    metrics = metrics.assign(part="plain")
     final = final_runs(metrics)
     probes, heads = mechanism_evidence(out, set(final.run_id))
     classes = run_mechanisms(final, probes, heads)

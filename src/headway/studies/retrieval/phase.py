@@ -113,12 +113,7 @@ def _first_solved_step(metrics: pd.DataFrame, threshold: float) -> pd.Series:
 
 def _task_of(row) -> RetrievalConfig:
     """The retrieval task of one row of the final table (its flat settings)."""
-    return RetrievalConfig(**{f.name: getattr(row, f.name) for f in dataclasses.fields(RetrievalConfig)
-                              if hasattr(row, f.name) and not _missing(getattr(row, f.name))})
-
-
-def _missing(value) -> bool:
-    return isinstance(value, float) and np.isnan(value)
+    return RetrievalConfig(**{f.name: getattr(row, f.name) for f in dataclasses.fields(RetrievalConfig)})
 
 
 @cache

@@ -113,10 +113,7 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
     report.figure(path, "Depth phase diagram, one panel per formulation.")
     beyond = phase[phase.beyond_linear & phase.solvable]
     if not beyond.empty:
-        metrics = data.metrics
-        if "supervision" not in metrics.columns:
-            metrics = metrics.assign(supervision="query")
-        runs = metrics[metrics.run_id.isin(set(tables.final.run_id))]
+        runs = data.metrics[data.metrics.run_id.isin(set(tables.final.run_id))]
         path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying,
                                     SOLVED)
         report.figure(path, "Final-hop accuracy against training steps in the solvable cells with D > L, one line "

@@ -54,9 +54,6 @@ class RetrievalTables:
 def summarise(data: StudyData) -> RetrievalTables:
     """The study's tables from the gathered metrics and analysis tables."""
     metrics = data.metrics.assign(part=np.where(data.metrics.conditional.astype(bool), "conditional", "plain"))
-    if "supervision" not in metrics.columns:  # runs stored before the setting existed
-        metrics["supervision"] = "query"
-    metrics["supervision"] = metrics.supervision.fillna("query")
     final = final_runs(metrics)
     heads, circuit = data.tables["heads"], data.tables["circuit"]
     mechanism = mechanism_table(final, heads, circuit)

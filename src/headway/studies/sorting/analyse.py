@@ -52,7 +52,7 @@ def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: 
     return torch.cat(scores)
 
 
-def _circuit_state(model, task: SortingConfig, tokens: torch.Tensor):
+def circuit_state(model, task: SortingConfig, tokens: torch.Tensor):
     """OV, QK, diagonal scores and the mode table of every instance of `model`."""
     scale = measure_readout_scale(model, tokens, task)
     ov, qk = ov_circuits(model, task, scale), qk_circuits(model, task)
@@ -70,7 +70,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     model = load_model(run_dir, members, device=device)
     e = len(members)
     tokens = torch.from_numpy(batch.tokens).to(device).expand(e, *batch.tokens.shape)
-    ov, qk, scores, modes = _circuit_state(model, task, tokens)
+    ov, qk, scores, modes = circuit_state(model, task, tokens)
     greedy = autoregressive_accuracy(model, batch, task)[["instance", "accuracy", "list_accuracy"]].rename(
         columns={"accuracy": "ar_token_accuracy", "list_accuracy": "ar_list_accuracy"})
     final = modes.merge(greedy, on="instance")
@@ -85,7 +85,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):
         model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), members)
-        frame = _circuit_state(model, task, few)[3]
+        frame = circuit_state(model, task, few)[3]
         frame.insert(0, "step", step)
         curve.append(frame)
     tables = {"final": final, "ablation": ablation, "dla": dla, "mode_curve": pd.concat(curve, ignore_index=True),

@@ -79,14 +79,14 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     the realised δ̄ (`mean_gap`) and share of zero gaps (`repeat_share`) of those lists."""
     import torch
 
-    from headway.studies.sorting.analyse import ANALYSIS_SEED, _circuit_state
+    from headway.studies.sorting.analyse import ANALYSIS_SEED, circuit_state
     from headway.tasks.sorting.modes import SWEEP, threshold_sweep
     from headway.tasks.sorting.task import generate
 
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
     device = next(model.parameters()).device
     tokens = torch.from_numpy(batch.tokens).to(device).expand(model.n_instances, *batch.tokens.shape)
-    ov, qk, scores, modes = _circuit_state(model, task, tokens)
+    ov, qk, scores, modes = circuit_state(model, task, tokens)
     modes["min_diagonal_score"] = scores.flatten(1).min(dim=1).values.cpu().numpy()  # most suppressed number, any head
     sweep = threshold_sweep(ov, qk, {"copy": SWEEP["copy"]})
     # the smallest swept copy threshold at which the rule calls the model copy-suppression (NaN: at none);

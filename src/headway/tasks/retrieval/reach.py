@@ -32,6 +32,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,7 @@ class ReachBound:
     orders: int
 
 
+@cache  # a pure function of its arguments, asked again per layer count, threshold and table
 def reachable_fraction(hops: int, layers: int, attention: str = "causal", order: str = "shuffled",
                        layout: str = "packed", *, samples: int = 20000, seed: int = 0) -> ReachBound:
     """Share of the `order` link orders of one `hops`-hop chain from which the query's read-out
