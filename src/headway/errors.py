@@ -13,6 +13,14 @@ class Interrupted(Exception):
         self.step = step
 
 
+class TimeLimitReached(Interrupted):
+    """Training reached the time limit it was given; the state at `step` is saved and can be resumed."""
+
+    def __init__(self, step: int) -> None:
+        Exception.__init__(self, f"time limit reached at step {step}; run the same command again to continue")
+        self.step = step
+
+
 class JobsFailed(Exception):
     """Some ensembles of a sweep failed (the others finished and are kept); one line per failure."""
 

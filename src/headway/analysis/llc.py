@@ -41,6 +41,7 @@ from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensem
 from headway.errors import ConfigError
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
+from headway.compute import ComputeSettings, at_precision
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
@@ -467,7 +468,8 @@ class LLCResult:
 
 def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                  settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
-                 desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None) -> LLCResult:
+                 desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
+                 precision: str = "fp32") -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see the module docstring).
 
@@ -487,8 +489,10 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     L(w*) and its standard error come from `anchor_loss` (the whole pool by default), evaluated once on
     the E-instance model and shared by its chains; `init_loss` passes them in when several masks share
     one w*. Same settings and seed give identical numbers; only explicit generators are used.
+    `precision` (fp32, tf32, bf16 or auto; `headway.compute`) is that of every loss evaluation,
+    L(w*) included; weights, noise and losses stay float32.
     """
-    model, loss_fn, tokens, targets, trainable = _prepared(model, loss_fn, tokens, targets, settings, mask)
+    model, loss_fn, tokens, targets, trainable = _prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
         mask = trainable if mask is None else mask.to(trainable) * trainable
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
@@ -513,17 +517,18 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
 
 
 def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
-                settings: SGLDSettings) -> tuple[np.ndarray, np.ndarray]:
-    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs
-    and seed): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
-    model, loss_fn, tokens, targets, _ = _prepared(model, loss_fn, tokens, targets, settings, None)
+                settings: SGLDSettings, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs,
+    seed and precision): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
+    model, loss_fn, tokens, targets, _ = _prepared(model, loss_fn, tokens, targets, settings, None, precision)
     return _init_loss(model, loss_fn, tokens, targets, settings, _generators(settings.seed, model.flat.data.device)[0])
 
 
 def _prepared(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
-              settings: SGLDSettings, mask: Tensor | None) -> tuple[nn.Module, LossFn, Tensor, Tensor, Tensor | None]:
-    """The checked ensemble, loss and pool on the model's device (a plain module wrapped as a
-    1-instance `ModuleEnsemble`), and a plain module's trainable-parameter mask."""
+              settings: SGLDSettings, mask: Tensor | None,
+              precision: str) -> tuple[nn.Module, LossFn, Tensor, Tensor, Tensor | None]:
+    """The checked ensemble, loss (at `precision`) and pool on the model's device (a plain module wrapped
+    as a 1-instance `ModuleEnsemble`), and a plain module's trainable-parameter mask."""
     trainable = None
     if not is_ensemble(model):
         _check_pool(tokens, targets, 1, "[examples, ...] (a plain module's pool)")
@@ -532,6 +537,7 @@ def _prepared(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
         tokens, targets = tokens.unsqueeze(0), targets.unsqueeze(0)
     _check_inputs(model, tokens, targets, settings, mask)
     device = model.flat.data.device
+    loss_fn = at_precision(loss_fn, ComputeSettings(precision=precision).resolved_precision(device), device)
     return model, loss_fn, tokens.to(device), targets.to(device), trainable
 
 

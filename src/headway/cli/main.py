@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from headway.errors import ConfigError, Interrupted, JobsFailed
+from headway.errors import ConfigError, Interrupted, JobsFailed, TimeLimitReached
+
+TIME_LIMIT_EXIT = 75  # EX_TEMPFAIL: stopped at --time-limit with everything saved; the same command continues
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     except JobsFailed as err:
         click.echo(f"headway: error: {err}", err=True)
         return 1
+    except TimeLimitReached as err:
+        click.echo(f"headway: {err}", err=True)
+        return TIME_LIMIT_EXIT
     except Interrupted as err:
         click.echo(f"headway: {err}", err=True)
         return 130

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from headway.compute import COMPILE_MODES, PRECISIONS, ComputeSettings
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
 from headway.tasks.retrieval.prompts.formulations import parse_formulations
@@ -161,3 +162,28 @@ def pop_executor(values: dict[str, Any]) -> Executor:
     given = {name: values.pop(name) for name in EXECUTOR_OPTIONS}
     return make_executor(given["executor"], given["ray_address"], given["ray_cpus"], given["ray_gpus"],
                          given["ray_memory"], given["ray_retries"])
+
+
+def compute_params() -> list[click.Option]:
+    """How each step is computed: `--precision` and `--compile` (`headway.compute`)."""
+    return [
+        click.Option(["--precision"], type=click.Choice(PRECISIONS), default="auto", show_default=True,
+                     help="Training, evaluation and LLC sampling: fp32, tf32 (CUDA matmuls), bf16 autocast, or auto "
+                          "(bf16 on CUDA, fp32 on the CPU); weights and optimiser state stay fp32."),
+        click.Option(["--compile"], type=click.Choice(COMPILE_MODES), default="auto", show_default=True,
+                     help="torch.compile the training step: on, off, or auto (on for CUDA only); falls back to "
+                          "eager with a warning if compiling fails."),
+    ]
+
+
+def compute_options(func: Callable) -> Callable:
+    """Decorator adding the compute options (see `compute_params`)."""
+    params = getattr(func, "__click_params__", [])
+    params.extend(reversed(compute_params()))
+    func.__click_params__ = params
+    return func
+
+
+def pop_compute(values: dict[str, Any]) -> ComputeSettings:
+    """The compute settings the compute options in `values` describe (they are removed from `values`)."""
+    return ComputeSettings(precision=values.pop("precision"), compile=values.pop("compile"))

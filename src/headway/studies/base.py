@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import pandas as pd
 
+from headway.compute import ComputeSettings
 from headway.execution import Executor, Job, LocalExecutor
 from headway.runs import layout
 from headway.runs.config import RunConfig
@@ -103,9 +104,12 @@ class Study(ABC):
     version: ClassVar[int]  # bump when an analysis or rule changes, so cached tables are recomputed
 
     def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True,
-                 executor: Executor | None = None) -> None:
+                 executor: Executor | None = None, compute: ComputeSettings | None = None,
+                 deadline: float | None = None) -> None:
         self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
         self.executor = executor or LocalExecutor()
+        self.compute = compute or ComputeSettings()  # precision and compilation of training and LLC sampling
+        self.deadline = deadline  # time.time() at which training stops, saved, to be continued
 
     # --- what a study defines -----------------------------------------------------------------
 
@@ -134,7 +138,11 @@ class Study(ABC):
 
     def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
         """What an ensemble's cached analysis depends on; a different stamp analyses it again."""
-        return {"runs": [run.run_id for run in runs], "version": self.version}
+        return {"runs": [run.run_id for run in runs], "version": self.version, **self.precision_stamp()}
+
+    def precision_stamp(self) -> dict[str, str]:
+        """An explicitly chosen precision, which LLC estimates depend on ({} for the default `auto`)."""
+        return {} if self.compute.precision == "auto" else {"precision": self.compute.precision}
 
     def tag_columns(self, run: RunConfig) -> dict[str, Any]:
         """Columns (besides run_id) added to every analysis row of `run`."""
@@ -156,7 +164,8 @@ class Study(ABC):
 
         runs = self.plan.runs()
         started = time.perf_counter()
-        metrics = train_runs(runs, self.out / RUNS, device=self.device, progress=self.progress, executor=self.executor)
+        metrics = train_runs(runs, self.out / RUNS, device=self.device, progress=self.progress, executor=self.executor,
+                             compute=self.compute, deadline=self.deadline)
         trained = time.perf_counter()
         wanted = {run.run_id for run in runs}
         ensembles = [d for d in layout.ensemble_dirs(self.out / RUNS) if {r.run_id for r in load_runs(d)} & wanted]

@@ -32,12 +32,14 @@ def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) 
 
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
               count: int | None, device: torch.device | str, progress: bool, weights: str = "all",
-              tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None, stamp: dict | None = None) -> pd.DataFrame:
+              tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None, stamp: dict | None = None,
+              precision: str = "fp32") -> pd.DataFrame:
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns (instance indexing `instances`), passed through `tag`. Each checkpoint is saved to `folder`
-    as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged."""
+    as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged. Losses are
+    evaluated at `precision` (`headway.compute`)."""
     if not instances:
         return pd.DataFrame()
     first = runs[instances[0]]
@@ -62,9 +64,10 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             continue
         model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
         parts = []
-        anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld)  # one w* for every weight group
+        anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group
         for name, mask in masks.items():
-            result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor)
+            result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor,
+                                  precision=precision)
             frame = result.to_frame()
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)

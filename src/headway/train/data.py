@@ -8,7 +8,7 @@ from torch import Tensor
 
 from headway.errors import ConfigError
 from headway.runs.config import RunConfig
-from headway.train.sampling import EpochSampler
+from headway.train.sampling import EpochSampler, epoch_spans
 
 
 class EnsembleData:
@@ -35,11 +35,26 @@ class EnsembleData:
         self.val_tokens = torch.stack([torch.from_numpy(pools[w][1].tokens) for w in which]).long().to(self.device)
         self.val_targets = torch.stack([torch.from_numpy(pools[w][1].targets) for w in which]).to(self.device)
         self.samplers = [EpochSampler(self.pool_size, self.batch_size, run.seed) for run in runs]
+        self._epochs: dict[int, Tensor] = {}
+
+    def _epoch_rows(self, epoch: int) -> Tensor:
+        """Every instance's pool rows in the order of `epoch` [E, pool], offsets added, on the device:
+        copied there once per epoch, so drawing a batch needs nothing from the host."""
+        if epoch not in self._epochs:
+            if len(self._epochs) >= 2:
+                self._epochs.pop(min(self._epochs))
+            order = np.stack([s.epoch_order(epoch) for s in self.samplers])
+            self._epochs[epoch] = torch.from_numpy(order).to(self.device) + self.offsets
+        return self._epochs[epoch]
 
     def train_batch(self, step: int) -> tuple[Tensor, Tensor]:
-        """Tokens [E, B, pos, slots] and target symbols [E, B, T] of update number `step`."""
-        idx = torch.from_numpy(np.stack([s.indices(step) for s in self.samplers])).to(self.device)
-        idx = idx + self.offsets
+        """Tokens [E, B, pos, slots] and target symbols [E, B, T] of update number `step`: the rows
+        `EpochSampler.indices(step)` names, sliced from the epoch orders kept on the device."""
+        start = step * self.batch_size
+        parts = []
+        for epoch, low, high in epoch_spans(start, self.batch_size, self.pool_size):
+            parts.append(self._epoch_rows(epoch)[:, low:high])
+        idx = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         return self.tokens[idx].long(), self.targets[idx]
 
     def pool(self) -> tuple[Tensor, Tensor]:

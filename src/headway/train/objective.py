@@ -17,11 +17,12 @@ from headway.tasks.base import Task
 
 
 def readout(model: torch.nn.Module, tokens: Tensor, positions: int = 1) -> Tensor:
-    """Outputs [E, B, positions*d_out] of the last `positions` positions, concatenated."""
+    """Outputs [E, B, positions*d_out] of the last `positions` positions, concatenated, in float32
+    (under bf16 autocast the unembedding is bf16; losses are always taken in float32)."""
     if positions == 1:
-        return model(tokens)
+        return model(tokens).float()
     out = model(tokens, readout=positions)
-    return out.reshape(out.shape[0], out.shape[1], -1)
+    return out.reshape(out.shape[0], out.shape[1], -1).float()
 
 
 def readout_loss(out: Tensor, targets: Tensor, vocab: int, kind: str, masked: bool = False) -> Tensor:

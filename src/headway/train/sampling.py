@@ -19,7 +19,8 @@ class EpochSampler:
         self.pool_size, self.batch_size, self.seed = pool_size, batch_size, seed
         self._perms: dict[int, np.ndarray] = {}
 
-    def _perm(self, epoch: int) -> np.ndarray:
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The pool's indices in the order epoch `epoch` visits them (the last two are kept)."""
         if epoch not in self._perms:
             if len(self._perms) >= 2:
                 self._perms.pop(min(self._perms))
@@ -28,10 +29,18 @@ class EpochSampler:
         return self._perms[epoch]
 
     def indices(self, step: int) -> np.ndarray:
-        positions = step * self.batch_size + np.arange(self.batch_size, dtype=np.int64)
-        epochs, within = np.divmod(positions, self.pool_size)
-        out = np.empty(self.batch_size, dtype=np.int64)
-        for epoch in np.unique(epochs):
-            sel = epochs == epoch
-            out[sel] = self._perm(int(epoch))[within[sel]]
-        return out
+        """Pool indices of batch `step`."""
+        spans = epoch_spans(step * self.batch_size, self.batch_size, self.pool_size)
+        return np.concatenate([self.epoch_order(epoch)[first:end] for epoch, first, end in spans])
+
+
+def epoch_spans(start: int, count: int, pool_size: int) -> list[tuple[int, int, int]]:
+    """(epoch, first, end) slices of the epoch orders that positions start .. start + count - 1 of the
+    endless stream of epochs cover, in order: one span, or more where a batch straddles epochs."""
+    spans = []
+    while count > 0:
+        epoch, first = divmod(start, pool_size)
+        take = min(count, pool_size - first)
+        spans.append((epoch, first, first + take))
+        start, count = start + take, count - take
+    return spans

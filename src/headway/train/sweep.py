@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headway.compute import ComputeSettings
 from headway.execution import Executor, Job, LocalExecutor
 from headway.execution.devices import resolve_device
 from headway.runs import layout
@@ -15,13 +16,15 @@ from headway.runs.store import load_metrics, load_runs
 from headway.train.trainer import EnsembleTrainer
 
 
-def train_ensemble(runs: list[RunConfig], run_dir: Path, device: str, progress: bool) -> None:
+def train_ensemble(runs: list[RunConfig], run_dir: Path, device: str, progress: bool,
+                   compute: ComputeSettings | None = None, deadline: float | None = None) -> None:
     """One ensemble's job: train `runs` in `run_dir`, resuming from its latest state, on `device` as the
-    machine running it resolves it."""
-    EnsembleTrainer(runs, run_dir, resolve_device(device), progress).fit()
+    machine running it resolves it (see `EnsembleTrainer` for `compute` and `deadline`)."""
+    EnsembleTrainer(runs, run_dir, resolve_device(device), progress, compute, deadline).fit()
 
 
-def training_jobs(runs: list[RunConfig], out: Path, device: str, progress: bool) -> list[Job]:
+def training_jobs(runs: list[RunConfig], out: Path, device: str, progress: bool,
+                  compute: ComputeSettings | None = None, deadline: float | None = None) -> list[Job]:
     """The jobs that bring every run of `runs` to its last step under `out`: ensembles already there
     and unfinished resume (finished ones are skipped); the other runs are packed into new ensembles."""
     group_runs(runs)  # refuses a grid that repeats a run before anything is written
@@ -31,21 +34,24 @@ def training_jobs(runs: list[RunConfig], out: Path, device: str, progress: bool)
                  if not (run_dir / layout.SUMMARY).is_file()}
     new = group_runs([run for run in runs if run.run_id not in present])
     ensembles |= {out / name: members for name, members in new.items()}
-    return [Job(run_dir.name, train_ensemble, (members, run_dir, device, progress), training_memory(members))
+    return [Job(run_dir.name, train_ensemble, (members, run_dir, device, progress, compute, deadline),
+                training_memory(members))
             for run_dir, members in ensembles.items()]
 
 
 def train_runs(runs: list[RunConfig], out: Path | str, device: str = "auto", progress: bool = True,
-               executor: Executor | None = None) -> pd.DataFrame:
+               executor: Executor | None = None, compute: ComputeSettings | None = None,
+               deadline: float | None = None) -> pd.DataFrame:
     """Train every run under `out` (one sub-directory per ensemble); return the metrics of `runs`.
 
     A run already in `out` is not trained again: finished, it is reused; unfinished, its ensemble
     resumes. The remaining runs are packed into new ensembles by shape. `executor` runs the
-    ensembles (default: one after another in this process; see `headway.execution`).
+    ensembles (default: one after another in this process; see `headway.execution`); `compute` and
+    `deadline` are handed to every ensemble's trainer.
     """
     out, executor = Path(out), executor or LocalExecutor()
     job_device = executor.prepare(device)
-    jobs = training_jobs(runs, out.resolve(), job_device, progress and executor.jobs_show_progress)
+    jobs = training_jobs(runs, out.resolve(), job_device, progress and executor.jobs_show_progress, compute, deadline)
     executor.run(jobs, "training", out, job_device, progress)
     metrics = load_metrics(out)
     wanted = [run.run_id for run in runs]

@@ -15,12 +15,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from headway.errors import ConfigError, Interrupted
+from headway.errors import ConfigError, Interrupted, TimeLimitReached
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import plain_value
+from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.train.memory import keep_freed_memory
 from headway.train.objective import evaluate, run_loss
@@ -72,10 +73,13 @@ def build_model(runs: list[RunConfig], device: torch.device | str) -> EnsembleTr
 
 
 class EnsembleTrainer:
-    """Trains runs that share an ensemble key (see `RunConfig.ensemble_key`) in `run_dir`."""
+    """Trains runs that share an ensemble key (see `RunConfig.ensemble_key`) in `run_dir`.
+
+    `compute` sets precision and compilation (`headway.compute`); with `deadline` (a `time.time()`
+    value) training saves its state and stops at the first step past it, to be resumed later."""
 
     def __init__(self, runs: list[RunConfig], run_dir: Path | str, device: torch.device | str = "cpu",
-                 progress: bool = True) -> None:
+                 progress: bool = True, compute: ComputeSettings | None = None, deadline: float | None = None) -> None:
         if not runs:
             raise ConfigError("no runs to train")
         keys = {str(run.ensemble_key()) for run in runs}
@@ -90,7 +94,11 @@ class EnsembleTrainer:
         self.cfg = runs[0].train
         self.task = runs[0].task
         self.vocab = self.task.vocab
-        self.loss = run_loss(self.task, self.cfg.loss)
+        self.compute = compute or ComputeSettings()
+        self.precision = self.compute.resolved_precision(self.device)
+        self.compiled = self.compute.compiles(self.device)
+        self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), self.compiled, "training loss")
+        self.deadline = deadline
         self._stop_requested = False
         self._reported: set[int] = set()
 
@@ -137,10 +145,13 @@ class EnsembleTrainer:
                 bar.update(1)
                 if done % cfg.eval_every == 0 or done == cfg.steps:
                     self._log(model, data, state, done, rows, bar)
-                if done in keep or self._stop_requested:
+                out_of_time = self.deadline is not None and time.time() >= self.deadline and done < cfg.steps
+                if done in keep or self._stop_requested or out_of_time:
                     self._save(model, optim, state, done, rows, keep)
                 if self._stop_requested:
                     raise Interrupted(done)
+                if out_of_time:
+                    raise TimeLimitReached(done)
         finally:
             bar.close()
             if previous is not None:
@@ -160,7 +171,7 @@ class EnsembleTrainer:
             lr=torch.tensor([r.train.lr for r in self.runs]),
             weight_decay=torch.tensor([r.train.weight_decay for r in self.runs]),
             decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
-            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw",
+            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw", compiled=self.compiled,
         )
         return data, model, optim, TrainerState.fresh(n, self.device)
 
@@ -174,7 +185,8 @@ class EnsembleTrainer:
         cfg = self.cfg
         tokens, targets = data.train_batch(step)
         model.flat.zero_grad()
-        losses = self.loss(model, tokens, targets)
+        with precision_context(self.precision, self.device):
+            losses = self.loss(model, tokens, targets)
         losses.sum().backward()
         grad = model.flat.grad
         norms = grad.norm(dim=1)
@@ -193,8 +205,9 @@ class EnsembleTrainer:
 
     def _accuracies(self, model, tokens: torch.Tensor, targets: torch.Tensor, split: str) -> tuple[list, list]:
         """Loss [E] and the task's accuracy columns per instance on fixed examples."""
-        loss, per_target, all_correct = evaluate(model, tokens, targets, self.vocab, self.cfg.loss,
-                                                 positions=self.task.readout_positions)
+        with precision_context(self.precision, self.device):
+            loss, per_target, all_correct = evaluate(model, tokens, targets, self.vocab, self.cfg.loss,
+                                                     positions=self.task.readout_positions)
         columns = [self.task.accuracy_columns(hits, right, split)
                    for hits, right in zip(per_target.tolist(), all_correct.tolist())]
         return loss.tolist(), columns
@@ -244,5 +257,5 @@ class EnsembleTrainer:
             runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
-            "device": str(self.device), "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
+            "device": str(self.device), **self.compute.describe(self.device), "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
             "runs": runs})

@@ -59,7 +59,8 @@ class ModularStudy(Study):
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld,
                                         self.plan.llc_checkpoints, device, self.progress, weights="all",
                                         tag=lambda frame: self.tag(frame, runs, traced),
-                                        stamp={"version": self.version})]
+                                        stamp={"version": self.version, **self.precision_stamp()},
+                                        precision=self.compute.precision)]
         return {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
 
     def summarise(self, data: StudyData) -> ModularTables:

@@ -60,10 +60,11 @@ def circuit_state(model, task: SortingConfig, tokens: torch.Tensor):
 
 
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
-                    examples: int, sgld: SGLDSettings, progress: bool, label: str
+                    examples: int, sgld: SGLDSettings, progress: bool, label: str, precision: str = "fp32"
                     ) -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
     """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
-    of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits."""
+    of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits; the LLC is
+    sampled at `precision` (`headway.compute`)."""
     run = runs[members[0]]
     task = run.task
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
@@ -80,7 +81,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     dla = direct_logit_attribution(model, batch, task)
     pool_tokens, pool_targets = training_pool(run, e, device)
     result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, sgld, progress=progress,
-                          desc=f"LLC {label}")
+                          desc=f"LLC {label}", precision=precision)
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):

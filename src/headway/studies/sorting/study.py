@@ -64,7 +64,7 @@ class SortingStudy(Study):
         order: list[int] = []
         for members in by_task(runs).values():
             tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, plan.sgld, self.progress,
-                                             data_label(runs[members[0]]))
+                                             data_label(runs[members[0]]), self.compute.precision)
             for name, frame in tables.items():
                 parts[name].append(self.tag(frame, runs, members))
             for name, array in arrays.items():
@@ -74,7 +74,8 @@ class SortingStudy(Study):
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
                                         device, self.progress, weights=plan.llc_weights,
                                         tag=lambda frame: self.tag(frame, runs, traced),
-                                        stamp={"version": self.version})]
+                                        stamp={"version": self.version, **self.precision_stamp()},
+                                        precision=self.compute.precision)]
         out = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
         inverse = np.argsort(order)
         save_tensors(folder / CIRCUITS, {name: torch.cat(arrays)[inverse] for name, arrays in circuits.items()},
