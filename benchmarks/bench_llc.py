@@ -1,7 +1,7 @@
 """LLC estimation speed: headway's batched SGLD against devinterp 1.x and against one-at-a-time runs.
 
 Run: python benchmarks/bench_llc.py [--chains 4] [--draws 100] [--batch-size 256] [--instances 8]
-     [--device cpu|cuda] [--repeats 1] [--threads N]
+     [--device cpu|cuda] [--repeats 1] [--threads N] [--precision fp32|tf32|bf16|auto]
 Model: the list-sorting recipe, a 1-layer attention-only transformer (2 heads, d_model 96, d_head 48,
 LayerNorm), d_vocab 52, n_ctx 20, d_out 51, read out at every position, cross-entropy on the last 10,
 trained with Adam on headway's sorting data (--train-steps; 1500 bring the loss near 0.002) so that
@@ -11,6 +11,8 @@ Part 1: one model, the same settings and chains, headway's `estimate_llc` agains
 the same model handed to `estimate_llc` as a plain nn.Module (chains batched by torch.func).
 Part 2: E instances × C chains in one batched call against E·C calls of one instance and one chain.
 Ratios are measured in the same run (medians over --repeats, alternating), since machines are noisy.
+`--precision` is that of headway's sampling (devinterp has none: it runs in float32); compare the
+estimates of both in the printed table before comparing their times.
 """
 
 from __future__ import annotations
@@ -104,11 +106,11 @@ class TensorPool(torch.utils.data.Dataset):
         return self.tokens[indices], self.targets[indices]
 
 
-def timed(device: torch.device, fn, *args):
-    """Seconds that fn(*args) takes on `device`, and its result."""
+def timed(device: torch.device, fn, *args, **kwargs):
+    """Seconds that fn(*args, **kwargs) takes on `device`, and its result."""
     sync(device)
     start = time.perf_counter()
-    out = fn(*args)
+    out = fn(*args, **kwargs)
     sync(device)
     return time.perf_counter() - start, out
 
@@ -137,15 +139,17 @@ def run_devinterp(model: EnsembleTransformer, tokens: torch.Tensor, targets: tor
             init_loss=init_loss, cores=1, seed=0, device=device, verbose=False)
 
 
-def part_one(model, tokens, targets, settings, repeats, device) -> dict:
+def part_one(model, tokens, targets, settings, repeats, device, precision) -> dict:
     """headway (as an ensemble and as a plain module) vs devinterp on one model: median seconds of each
     and the estimates."""
     one = single(model, 0)
     ours_s, plain_s, theirs_s = [], [], []
     for _ in range(repeats):
-        seconds, ours = timed(device, estimate_llc, one, sorting_loss, tokens[:1], targets[:1], settings)
+        seconds, ours = timed(device, estimate_llc, one, sorting_loss, tokens[:1], targets[:1], settings,
+                              precision=precision)
         ours_s.append(seconds)
-        seconds, plain = timed(device, estimate_llc, Unbatched(one), plain_loss, tokens[0], targets[0], settings)
+        seconds, plain = timed(device, estimate_llc, Unbatched(one), plain_loss, tokens[0], targets[0], settings,
+                               precision=precision)
         plain_s.append(seconds)
         seconds, theirs = timed(device, run_devinterp, one, tokens, targets, settings, float(ours.init_loss[0]),
                                 device)
@@ -156,19 +160,20 @@ def part_one(model, tokens, targets, settings, repeats, device) -> dict:
             "warnings": ours.warnings}
 
 
-def part_two(model, tokens, targets, settings, repeats, device) -> dict:
+def part_two(model, tokens, targets, settings, repeats, device, precision) -> dict:
     """E instances × C chains batched vs E·C single-instance, single-chain calls."""
     e, c = model.n_instances, settings.chains
     singles = [single(model, i) for i in range(e)]
 
     def one_at_a_time():
         return [estimate_llc(singles[i], sorting_loss, tokens[i : i + 1], targets[i : i + 1],
-                             dataclasses.replace(settings, chains=1, seed=chain))
+                             dataclasses.replace(settings, chains=1, seed=chain), precision=precision)
                 for i in range(e) for chain in range(c)]
 
     batched_s, sequential_s = [], []
     for _ in range(repeats):
-        seconds, batched = timed(device, estimate_llc, model, sorting_loss, tokens, targets, settings)
+        seconds, batched = timed(device, estimate_llc, model, sorting_loss, tokens, targets, settings,
+                                 precision=precision)
         batched_s.append(seconds)
         seconds, _ = timed(device, one_at_a_time)
         sequential_s.append(seconds)
@@ -188,6 +193,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=1, help="alternating rounds; the median is reported")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--precision", default="fp32", help="headway's sampling precision: fp32, tf32, bf16, auto")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -199,13 +205,13 @@ def main() -> None:
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
     print(f"device: {device} ({where}); torch {torch.__version__}; {args.chains} chains × {args.draws} draws "
           f"(burn-in {args.burnin}), batch {args.batch_size}, ε {LR:g}, γ {LOCALIZATION:g}, "
-          f"nβ {settings.nbeta:.2f}; {args.train_steps} Adam steps before sampling")
-    one = part_one(model, tokens, targets, settings, args.repeats, device)
+          f"nβ {settings.nbeta:.2f}; {args.train_steps} Adam steps before sampling; headway at {args.precision}")
+    one = part_one(model, tokens, targets, settings, args.repeats, device, args.precision)
     print(f"part 1: headway {one['headway_s']:.2f} s, LLC {one['headway'][0]:.2f} ± {one['headway'][1]:.2f}; "
           f"as a plain module {one['plain_s']:.2f} s, LLC {one['plain'][0]:.2f} ± {one['plain'][1]:.2f}; "
           f"devinterp {one['devinterp_s']:.2f} s, LLC {one['devinterp'][0]:.2f} ± {one['devinterp'][1]:.2f}; "
           f"headway warnings: {one['warnings'] or 'none'}", flush=True)
-    two = part_two(model, tokens, targets, settings, args.repeats, device)
+    two = part_two(model, tokens, targets, settings, args.repeats, device, args.precision)
     print(f"part 2: {args.instances} × {args.chains} batched {two['batched_s']:.2f} s; one at a time "
           f"{two['sequential_s']:.2f} s; LLC per instance {np.round(two['llc'], 2).tolist()}")
     print()

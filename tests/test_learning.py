@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from headway.compute import ComputeSettings
 from headway.runs.config import expand_grid
 from headway.runs.store import final_metrics
 from headway.tasks.registry import scale_settings
@@ -17,10 +18,11 @@ STEPS = 1000
 SEEDS = [0, 1]
 
 
-def final_accuracies(tmp_path, layers: int, hops: int) -> list[float]:
+def final_accuracies(tmp_path, layers: int, hops: int, precision: str = "fp32") -> list[float]:
     base = {**scale_settings("cpu"), "steps": STEPS, "layout": "packed", "curriculum": "ic"}
     runs = expand_grid(base, {"layers": [layers], "hops": [hops], "seed": SEEDS})
-    final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False))
+    final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False,
+                                     compute=ComputeSettings(precision=precision)))
     assert len(final) == len(SEEDS)
     return final.val_accuracy.tolist()
 
@@ -31,10 +33,12 @@ def test_one_layer_learns_one_hop(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_hops_need_two_layers(tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_two_hops_need_two_layers(tmp_path, precision):
+    """The depth claim at both training precisions: bf16 autocast (the GPU default) must not change it."""
     chance_roots = 1 / scale_settings("cpu")["chains"]
-    two = final_accuracies(tmp_path / "two", layers=2, hops=2)
-    one = final_accuracies(tmp_path / "one", layers=1, hops=2)
+    two = final_accuracies(tmp_path / "two", layers=2, hops=2, precision=precision)
+    one = final_accuracies(tmp_path / "one", layers=1, hops=2, precision=precision)
     assert min(two) >= 0.98, two
     assert all(abs(acc - chance_roots) <= 0.10 for acc in one), (one, chance_roots)
 
