@@ -32,7 +32,7 @@ def final_weights(run_dir):
 
 @pytest.mark.parametrize("precision, compile_mode, message", [
     ("fp16", "auto", "precision = 'fp16' is unknown; choose one of auto, fp32, tf32, bf16"),
-    ("auto", "yes", "compile = 'yes' is unknown; choose one of auto, on, off"),
+    ("auto", "yes", "compile = 'yes' is unknown; choose one of auto, on, off, graphs"),
 ])
 def test_unknown_settings_are_refused_naming_the_value(precision, compile_mode, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -42,9 +42,12 @@ def test_unknown_settings_are_refused_naming_the_value(precision, compile_mode, 
 def test_auto_resolves_per_device_and_tf32_needs_cuda():
     auto = ComputeSettings()
     assert auto.resolved_precision(CPU) == "fp32" and auto.resolved_precision(torch.device("cuda")) == "bf16"
-    assert not auto.compiles(CPU) and auto.compiles(torch.device("cuda"))
+    assert auto.compile_mode(CPU) is None and auto.compile_mode(torch.device("cuda")) == "default"
+    assert ComputeSettings(compile="graphs").compile_mode(torch.device("cuda")) == "reduce-overhead"
     with pytest.raises(ConfigError, match="precision = 'tf32' needs a CUDA device"):
         ComputeSettings(precision="tf32").resolved_precision(CPU)
+    with pytest.raises(ConfigError, match="compile = 'graphs' .* needs a CUDA device"):
+        ComputeSettings(compile="graphs").compile_mode(CPU)
 
 
 def test_precision_context_autocasts_matmuls_and_restores_the_matmul_setting():
@@ -68,7 +71,7 @@ def test_bf16_training_keeps_fp32_state_and_tracks_fp32_losses(tmp_path):
     trainer.train_step(model, data, optim, state, 0)
     assert model.flat.data.dtype == model.flat.grad.dtype == optim.exp_avg_sq.dtype == torch.float32
     summary = layout.read_json(tmp_path / "bf16" / layout.SUMMARY)
-    assert summary["precision"] == "bf16" and summary["compiled"] == "false"
+    assert summary["precision"] == "bf16" and summary["compiled"] == "no"
     for column in ("train_loss", "val_loss"):
         assert bf16[column].to_numpy() == pytest.approx(fp32[column].to_numpy(), rel=BF16_LOSS_RTOL, nan_ok=True)
     assert not np.array_equal(bf16.val_loss.to_numpy(), fp32.val_loss.to_numpy())  # bf16 really ran

@@ -6,8 +6,10 @@ optimiser moments and losses stay float32 in every mode. `auto` is bf16 on CUDA 
 where bf16 autocast measured twice as slow at the paper's shape (docs/performance.md).
 
 Compilation (`--compile`): `on` wraps the loss in `torch.compile` (AOTAutograd compiles its
-backward too) and the optimiser update likewise; if compiling fails the step runs eagerly, with a
-warning. `auto` compiles on CUDA only: on the CPU it cost 20–30 s and bought ≤ 6%.
+backward too) and the optimiser update likewise; `graphs` (CUDA only) also replays the compiled loss
+as CUDA graphs (`mode="reduce-overhead"`), removing the launch cost of its many small kernels. If
+compiling fails the step runs eagerly, with a warning. `auto` is `on` on CUDA and `off` on the CPU,
+where it cost 20–30 s and bought ≤ 6% (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from headway.errors import ConfigError
 from headway.settings import check_choice
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
-COMPILE_MODES = ("auto", "on", "off")
+COMPILE_MODES = ("auto", "on", "off", "graphs")
+RECOMPILE_LIMIT = 64  # compiled graphs kept per function: one per ensemble shape of a study (torch's default: 8)
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,19 @@ class ComputeSettings:
             raise ConfigError(f"precision = 'tf32' needs a CUDA device, not {device}; choose fp32 or bf16")
         return self.precision
 
-    def compiles(self, device: torch.device) -> bool:
-        """Whether steps on `device` are compiled."""
-        return self.compile == "on" or (self.compile == "auto" and device.type == "cuda")
+    def compile_mode(self, device: torch.device) -> str | None:
+        """The `torch.compile` mode of steps on `device` ('default' or 'reduce-overhead'), None when
+        not compiled; `graphs` is refused off CUDA."""
+        if self.compile == "graphs":
+            if device.type != "cuda":
+                raise ConfigError(f"compile = 'graphs' (CUDA graphs) needs a CUDA device, not {device}; choose on or off")
+            return "reduce-overhead"
+        compiled = self.compile == "on" or (self.compile == "auto" and device.type == "cuda")
+        return "default" if compiled else None
 
     def describe(self, device: torch.device) -> dict[str, str]:
         """The settings as they apply on `device`, for a run's summary."""
-        return {"precision": self.resolved_precision(device), "compiled": str(self.compiles(device)).lower()}
+        return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}
 
 
 @contextlib.contextmanager
@@ -72,12 +81,16 @@ def precision_context(precision: str, device: torch.device) -> Iterator[None]:
 
 
 class Compiled:
-    """`fn` compiled by `torch.compile`, falling back to `fn` itself (with a warning) when compiling
-    or the first compiled call fails; later failures are real errors and propagate."""
+    """`fn` compiled by `torch.compile` in `mode`, falling back to `fn` itself (with a warning) when
+    compiling or the first compiled call fails; later failures are real errors and propagate. Calls
+    with a new shape compile again (a same-shaped new model reuses the compiled graph)."""
 
-    def __init__(self, fn: Callable[..., Any], what: str) -> None:
+    def __init__(self, fn: Callable[..., Any], what: str, mode: str = "default") -> None:
+        import torch._dynamo.config as dynamo_config
+
+        dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         self.fn, self.what = fn, what
-        self.compiled: Callable[..., Any] | None = torch.compile(fn, dynamic=False)
+        self.compiled: Callable[..., Any] | None = torch.compile(fn, dynamic=False, mode=mode)
         self.proven = False
 
     def __call__(self, *args: Any) -> Any:
@@ -101,9 +114,9 @@ class Compiled:
         return self.compiled is not None
 
 
-def maybe_compiled(fn: Callable[..., Any], compile_it: bool, what: str) -> Callable[..., Any]:
-    """`fn` wrapped in `Compiled` when `compile_it`, else `fn`."""
-    return Compiled(fn, what) if compile_it else fn
+def maybe_compiled(fn: Callable[..., Any], mode: str | None, what: str) -> Callable[..., Any]:
+    """`fn` wrapped in `Compiled` in `mode`, or `fn` itself when `mode` is None."""
+    return Compiled(fn, what, mode) if mode else fn
 
 
 def at_precision(fn: Callable[..., torch.Tensor], precision: str, device: torch.device) -> Callable[..., torch.Tensor]:

@@ -171,8 +171,8 @@ def compute_params() -> list[click.Option]:
                      help="Training, evaluation and LLC sampling: fp32, tf32 (CUDA matmuls), bf16 autocast, or auto "
                           "(bf16 on CUDA, fp32 on the CPU); weights and optimiser state stay fp32."),
         click.Option(["--compile"], type=click.Choice(COMPILE_MODES), default="auto", show_default=True,
-                     help="torch.compile the training step: on, off, or auto (on for CUDA only); falls back to "
-                          "eager with a warning if compiling fails."),
+                     help="torch.compile the training step: on, off, graphs (also CUDA graphs; CUDA only) or auto "
+                          "(on for CUDA only); falls back to eager with a warning if compiling fails."),
     ]
 
 

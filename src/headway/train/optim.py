@@ -34,12 +34,13 @@ class EnsembleAdam:
     `torch.optim.Adam` with L2 `weight_decay` (decoupled=False) run on each instance alone.
 
     Weight decay applies only where `decay_mask` is 1 (weight matrices, not biases or gains). The
-    update is a handful of whole-buffer ops, compiled into one kernel or a few with `compiled`.
+    update is a handful of whole-buffer ops, compiled into one kernel or a few with `compile_mode`
+    (a `torch.compile` mode; None: eager).
     """
 
     def __init__(self, flat: FlatParameters, lr: Tensor, weight_decay: Tensor, decay_mask: Tensor,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, decoupled: bool = True,
-                 compiled: bool = False) -> None:
+                 compile_mode: str | None = None) -> None:
         self.flat = flat
         self.lr = lr.to(flat.data)[:, None]
         self.decay = weight_decay.to(flat.data)[:, None] * decay_mask.to(flat.data)[None, :]
@@ -50,7 +51,7 @@ class EnsembleAdam:
         self.exp_avg_sq = torch.zeros_like(flat.data)
         self.steps_taken = 0
         self._step = torch.zeros((), dtype=torch.float64, device=flat.data.device)
-        self._update = maybe_compiled(adam_update, compiled, "optimiser update")
+        self._update = maybe_compiled(adam_update, compile_mode, "optimiser update")
 
     @torch.no_grad()
     def step(self, lr_scale: float, active: Tensor) -> None:

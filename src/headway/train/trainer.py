@@ -96,8 +96,9 @@ class EnsembleTrainer:
         self.vocab = self.task.vocab
         self.compute = compute or ComputeSettings()
         self.precision = self.compute.resolved_precision(self.device)
-        self.compiled = self.compute.compiles(self.device)
-        self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), self.compiled, "training loss")
+        mode = self.compute.compile_mode(self.device)
+        self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), mode, "training loss")
+        self.update_mode = None if mode is None else "default"  # in-place updates gain nothing from CUDA graphs
         self.deadline = deadline
         self._stop_requested = False
         self._reported: set[int] = set()
@@ -171,7 +172,7 @@ class EnsembleTrainer:
             lr=torch.tensor([r.train.lr for r in self.runs]),
             weight_decay=torch.tensor([r.train.weight_decay for r in self.runs]),
             decay_mask=flat.mask(lambda name: name.rsplit(".", 1)[-1].startswith("W_")),
-            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw", compiled=self.compiled,
+            betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, decoupled=cfg.optimizer == "adamw", compile_mode=self.update_mode,
         )
         return data, model, optim, TrainerState.fresh(n, self.device)
 
