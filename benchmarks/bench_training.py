@@ -1,25 +1,67 @@
-"""Training throughput: an ensemble of E models in one pass against the same E models trained one
-after another, at the paper's shape and a CPU-scale shape, in one run.
+"""Training throughput of an ensemble of E small transformers, three ways, in one run.
 
-Run: python benchmarks/bench_training.py [--device cpu|cuda] [--steps N] [--shapes paper,cpu]
-Prints, per shape: steps/s of both ways, their ratio, the training FLOP/s of the ensemble (counted
-by torch's FlopCounterMode on one real step) and that as a fraction of this device's float32 matmul
-peak, measured in the same run. Both ways run the real trainer step (batch sampling, forward,
-backward, divergence checks, optimiser).
+Ways (each trains the same E models on the same batches, from the same initial weights):
+  headway  the E models as one headway ensemble, through the real trainer step
+           (`EnsembleTrainer.train_step`: batch sampling, forward, backward, divergence checks, optimiser);
+  plain    E ordinary single-model PyTorch modules (benchmarks/plain_model.py), each with its own
+           torch.optim.AdamW, stepped one after another: what one writes without headway;
+  func     the same plain module, E copies stacked with torch.func.stack_module_state, the loss of all
+           of them by vmap over functional_call, one torch.optim.AdamW over the stacked tensors
+           (PyTorch's documented model-ensembling recipe).
+Every way draws its batches from the headway trainer's EnsembleData (instance e gets exactly the batch
+it would get alone) and uses AdamW with the run's learning rate, betas, eps and weight decay on the
+weight matrices only.
+
+The ways alternate round by round (the order rotating each round), each round being two warm-up steps
+and --steps timed steps of every way; the median and the spread (min–max) over rounds are reported.
+
+Also measured in the same run: the dense matmul peak (float32 on the CPU; float32, TF32 and bfloat16
+on CUDA), and each way's training FLOP/s (FLOPs of one real headway step counted by torch's
+FlopCounterMode, so every way is credited with the same useful work) as a fraction of the peak of its
+precision; the ratios headway/plain and headway/func; and the wall time the paper's depth grid would
+take at the rate headway reached at the paper shape and the largest ensemble size measured.
+
+Run: python benchmarks/bench_training.py [--device cpu|cuda] [--shapes paper,cpu] [--ensemble-sizes 1,8,32,64]
+     [--rounds N] [--steps N] [--ways headway,plain,func] [--precision auto|fp32|tf32|bf16]
+     [--compile auto|on|off] [--compile-baselines] [--plain-last-only]
+Prints markdown table rows (for benchmarks/RESULTS.md) after a header line naming the device, torch,
+threads and peaks.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import inspect
 import platform
 import statistics
+import tempfile
 import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
+import torch._dynamo
+from torch import Tensor
+from torch.func import functional_call, stack_module_state, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
 from headway.runs.config import RunConfig
+from headway.train.data import EnsembleData
+from headway.train.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
+from plain_model import PlainTransformer, decay_groups, from_instance, mse_readout_loss
+
+try:  # precision and compilation settings of the trainer (absent in older versions of headway)
+    from headway.compute import ComputeSettings
+except ImportError:
+    try:
+        from headway.train.compute import ComputeSettings
+    except ImportError:
+        ComputeSettings = None
 
 SHAPES = {
     # The paper's model (8 heads, width 128, batch 512) on D=4, K=4 retrieval, 2 layers.
@@ -27,93 +69,502 @@ SHAPES = {
     # CPU scale: width 64, batch 128.
     "cpu": dict(hops=2, chains=4, vocab=16, layers=2, heads=4, d_model=64, batch_size=128),
 }
-ENSEMBLE = 8
+WAYS = ("headway", "plain", "func")
+WARMUP = 2
+POOL = {"train_size": 2**14, "val_size": 256}
+RUN_DIR = Path(tempfile.gettempdir()) / "headway-bench"
 
 
 def sync(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously)."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
-def matmul_peak(device: torch.device, size: int = 2048, repeats: int = 10) -> float:
-    """Float32 FLOP/s of a large square matmul: the practical peak of this device."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    for _ in range(3):
-        a @ b
+@contextlib.contextmanager
+def matmul_precision(mode: str) -> Iterator[None]:
+    """Set torch's float32 matmul precision ('highest' or 'high' = TF32) for the enclosed code."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(mode)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+@contextlib.contextmanager
+def baseline_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """The plain and func ways' forward and loss at `precision`: bf16 autocast, TF32 or float32."""
+    if precision == "bf16":
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            yield
+    else:
+        with matmul_precision("high" if precision == "tf32" else "highest"):
+            yield
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False) -> float:
+    """FLOP/s of a large square matmul in `dtype` (TF32 when `tf32`): the practical dense peak."""
+    size, repeats = (8192, 50) if device.type == "cuda" else (2048, 10)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    with matmul_precision("high" if tf32 else "highest"):
+        for _ in range(3):
+            a @ b
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        sync(device)
+        seconds = time.perf_counter() - start
+    return 2 * size**3 * repeats / seconds
+
+
+def measure_peaks(device: torch.device, precision: str) -> dict[str, float]:
+    """Matmul peaks by precision name: fp32 always; tf32 and bf16 on CUDA; bf16 on the CPU when asked for."""
+    peaks = {"fp32": matmul_peak(device)}
+    if device.type == "cuda":
+        peaks["tf32"] = matmul_peak(device, tf32=True)
+    if device.type == "cuda" or precision == "bf16":
+        peaks["bf16"] = matmul_peak(device, torch.bfloat16)
+    return peaks
+
+
+def trainer_takes_compute() -> bool:
+    """Whether this headway's trainer accepts `compute=ComputeSettings(...)`."""
+    return ComputeSettings is not None and "compute" in inspect.signature(EnsembleTrainer.__init__).parameters
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The precision every way runs at: the trainer's resolution of `requested`, or fp32 for a trainer
+    without precision settings (which always trains in float32)."""
+    if not trainer_takes_compute():
+        if requested not in ("auto", "fp32"):
+            warnings.warn(f"this headway trainer has no precision setting; --precision {requested} is ignored "
+                          "and every way runs in float32", RuntimeWarning, stacklevel=2)
+        return "fp32"
+    return ComputeSettings(precision=requested).resolved_precision(device)
+
+
+def runs_for(settings: dict, size: int) -> list[RunConfig]:
+    """`size` runs of one benchmark shape, seeds 0..size-1 (one shared data pool)."""
+    return [RunConfig.from_flat({**settings, **POOL, "seed": seed}) for seed in range(size)]
+
+
+def make_trainer(runs: list[RunConfig], device: torch.device, precision: str, compile_mode: str) -> EnsembleTrainer:
+    """A headway trainer for `runs`, given the compute settings where this trainer takes them."""
+    extra: dict[str, Any] = {}
+    if trainer_takes_compute():
+        extra["compute"] = ComputeSettings(precision=precision, compile=compile_mode)
+    return EnsembleTrainer(runs, RUN_DIR, device, progress=False, **extra)
+
+
+class FirstCallFallback:
+    """`torch.compile(fn)`, run eagerly instead (with a warning) if compiling or its first call fails."""
+
+    def __init__(self, fn: Callable[..., Any], what: str) -> None:
+        self.fn, self.what = fn, what
+        self.compiled: Callable[..., Any] | None = torch.compile(fn)
+        self.proven = False
+
+    def __call__(self, *args: Any) -> Any:
+        """The compiled function's result (or the eager one's after a failed first call)."""
+        if self.compiled is None:
+            return self.fn(*args)
+        if self.proven:
+            return self.compiled(*args)
+        try:
+            out = self.compiled(*args)
+        except Exception as err:  # noqa: BLE001 - any compiler failure: measure eagerly
+            warnings.warn(f"compiling the {self.what} failed ({type(err).__name__}); running it eagerly",
+                          RuntimeWarning, stacklevel=2)
+            self.compiled = None
+            return self.fn(*args)
+        self.proven = True
+        return out
+
+
+class Way:
+    """One way of training the E models; `advance()` takes the next training step."""
+
+    name = ""
+
+    def __init__(self) -> None:
+        self.next_step = 0
+
+    def step(self, step: int) -> None:
+        """Training step number `step` of every model."""
+        raise NotImplementedError
+
+    def advance(self) -> None:
+        """Take the next step (all ways walk through the same step numbers, so the same batches)."""
+        self.step(self.next_step)
+        self.next_step += 1
+
+
+class HeadwayWay(Way):
+    """The E models as one headway ensemble, stepped by the real trainer step."""
+
+    name = "headway"
+
+    def __init__(self, trainer: EnsembleTrainer) -> None:
+        super().__init__()
+        self.trainer = trainer
+        self.data, self.model, self.optim, self.state = trainer.setup()
+
+    def step(self, step: int) -> None:
+        """`EnsembleTrainer.train_step` at `step`."""
+        self.trainer.train_step(self.model, self.data, self.optim, self.state, step)
+
+    @torch.no_grad()
+    def losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """The training loss [E] on a batch (float32, uncompiled)."""
+        return run_loss(self.trainer.task, self.trainer.cfg.loss)(self.model, tokens, targets)
+
+
+def adamw(groups: list[dict], run: RunConfig) -> torch.optim.AdamW:
+    """torch.optim.AdamW with the run's learning rate, betas and eps (weight decay set per group)."""
+    cfg = run.train
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+
+
+def check_plain_run(run: RunConfig) -> None:
+    """Refuse settings the plain baselines do not implement (they train like the benchmark's shapes)."""
+    cfg, task = run.train, run.task
+    if cfg.optimizer != "adamw" or cfg.loss != "mse" or cfg.grad_clip > 0 or cfg.schedule != "constant":
+        raise ValueError("the plain baselines train with AdamW, an MSE loss, a constant learning rate and no clipping")
+    if task.train_targets_masked:
+        raise ValueError("the plain baselines do not implement masked (dense) supervision")
+
+
+class PlainLoop(Way):
+    """E plain models, each with its own torch.optim.AdamW, stepped one after another."""
+
+    name = "plain"
+
+    def __init__(self, models: list[PlainTransformer], data: EnsembleData, run: RunConfig, precision: str,
+                 device: torch.device, compiled: bool = False) -> None:
+        super().__init__()
+        check_plain_run(run)
+        self.models, self.data, self.precision, self.device = models, data, precision, device
+        self.vocab, self.positions = run.task.vocab, run.task.train_readout_positions
+        self.optims = [adamw(decay_groups(m.named_parameters(), run.train.weight_decay), run) for m in models]
+        self.loss_fn = FirstCallFallback(self.model_loss, "plain loss") if compiled else self.model_loss
+
+    def model_loss(self, model: PlainTransformer, tokens: Tensor, targets: Tensor) -> Tensor:
+        """One model's mean loss on its batch (tokens [B, pos(, slots)], targets [B, T])."""
+        return mse_readout_loss(model(tokens, self.positions), targets, self.vocab)
+
+    def step(self, step: int) -> None:
+        """Every model's batch of `step`, then forward, backward and AdamW step, model by model."""
+        tokens, targets = self.data.train_batch(step)
+        for e, (model, optim) in enumerate(zip(self.models, self.optims)):
+            optim.zero_grad(set_to_none=True)
+            with baseline_precision(self.precision, self.device):
+                loss = self.loss_fn(model, tokens[e], targets[e])
+            loss.backward()
+            optim.step()
+
+    @torch.no_grad()
+    def losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """Every model's loss [E] on its own batch."""
+        with baseline_precision(self.precision, self.device):
+            return torch.stack([self.model_loss(m, tokens[e], targets[e]) for e, m in enumerate(self.models)])
+
+
+class FuncEnsemble(Way):
+    """E copies of the plain model stacked by torch.func, their losses by vmap over functional_call, and
+    one torch.optim.AdamW over the stacked parameters."""
+
+    name = "func"
+
+    def __init__(self, models: list[PlainTransformer], data: EnsembleData, run: RunConfig, precision: str,
+                 device: torch.device, compiled: bool = False) -> None:
+        super().__init__()
+        check_plain_run(run)
+        self.data, self.precision, self.device = data, precision, device
+        self.vocab, self.positions = run.task.vocab, run.task.train_readout_positions
+        self.params, self.buffers = stack_module_state(models)  # copies: [E, ...] leaves that take gradients
+        self.base = copy.deepcopy(models[0]).to("meta")  # structure only; weights come from self.params
+        # stacked weight matrices have 3 or more dims (the instance axis first)
+        self.optim = adamw(decay_groups(self.params, run.train.weight_decay, matrix_dim=3), run)
+        batched = vmap(self.one_loss)
+        self.batched = FirstCallFallback(batched, "vmapped loss") if compiled else batched
+        self.notes: set[str] = set()  # torch's warnings of the first step (e.g. ops vmap runs as a loop)
+        self.first = True
+
+    def one_loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], tokens: Tensor,
+                 targets: Tensor) -> Tensor:
+        """One copy's mean loss: the plain module called with that copy's weights."""
+        out = functional_call(self.base, (params, buffers), (tokens, self.positions))
+        return mse_readout_loss(out, targets, self.vocab)
+
+    def batch_losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """Losses [E] of every copy on its own batch (tokens [E, B, ...], targets [E, B, T])."""
+        with baseline_precision(self.precision, self.device):
+            return self.batched(self.params, self.buffers, tokens, targets)
+
+    def step(self, step: int) -> None:
+        """One forward and backward of all copies together, then one AdamW step over the stacks."""
+        tokens, targets = self.data.train_batch(step)
+        self.optim.zero_grad(set_to_none=True)
+        with warnings.catch_warnings(record=True) as caught:
+            if self.first:
+                warnings.simplefilter("always")
+            self.batch_losses(tokens, targets).sum().backward()
+        if self.first:
+            self.notes |= {str(w.message).split(". Please")[0] for w in caught}
+            self.first = False
+        self.optim.step()
+
+    @torch.no_grad()
+    def losses(self, tokens: Tensor, targets: Tensor) -> Tensor:
+        """Every copy's loss [E] on its own batch."""
+        return self.batch_losses(tokens, targets)
+
+
+def build_ways(runs: list[RunConfig], device: torch.device, names: list[str], precision: str, compile_mode: str,
+               compile_baselines: bool = False, plain_last_only: bool = False) -> dict[str, Way]:
+    """The requested ways for `runs`, all from the same initial weights and the same EnsembleData;
+    `precision` and `compile_mode` as given on the command line (the baselines run at the precision
+    headway resolves it to)."""
+    headway = HeadwayWay(make_trainer(runs, device, precision, compile_mode))
+    resolved = resolve_precision(precision, device)
+    ways: dict[str, Way] = {}
+    for name in names:
+        if name == "headway":
+            ways[name] = headway
+        else:
+            models = [from_instance(headway.model, e, last_only=plain_last_only) for e in range(len(runs))]
+            kind = PlainLoop if name == "plain" else FuncEnsemble
+            ways[name] = kind(models, headway.data, runs[0], resolved, device, compile_baselines)
+    return ways
+
+
+def timed(way: Way, steps: int, device: torch.device) -> float:
+    """Seconds for `steps` training steps of `way` after WARMUP untimed ones."""
+    for _ in range(WARMUP):
+        way.advance()
     sync(device)
     start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    sync(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - start)
-
-
-def trainer_for(settings: dict, seeds: list[int], device: torch.device, tmp: str):
-    runs = [RunConfig.from_flat({**settings, "seed": s, "train_size": 2**14, "val_size": 256}) for s in seeds]
-    trainer = EnsembleTrainer(runs, tmp, device, progress=False)
-    return trainer, trainer.setup()
-
-
-def time_steps(trainer, parts, steps: int, device: torch.device, first_step: int = 0) -> float:
-    """Seconds for `steps` real training steps after two warm-up steps."""
-    data, model, optim, state = parts
-    for step in range(first_step, first_step + 2):
-        trainer.train_step(model, data, optim, state, step)
-    sync(device)
-    start = time.perf_counter()
-    for step in range(first_step + 2, first_step + 2 + steps):
-        trainer.train_step(model, data, optim, state, step)
+    for _ in range(steps):
+        way.advance()
     sync(device)
     return time.perf_counter() - start
 
 
-def step_flops(trainer, parts) -> int:
-    data, model, optim, state = parts
+def model_step_flops(settings: dict, device: torch.device, precision: str) -> int:
+    """FLOPs of one model's training step: FlopCounterMode over one real step of a one-instance headway
+    ensemble (uncompiled; an ensemble of E does exactly E times this work)."""
+    trainer = make_trainer(runs_for(settings, 1), device, precision, "off")
+    data, model, optim, state = trainer.setup()
     with FlopCounterMode(display=False) as counter:
         trainer.train_step(model, data, optim, state, 0)
     return counter.get_total_flops()
 
 
-def bench_shape(name: str, device: torch.device, steps: int, rounds: int, peak: float) -> dict:
-    """Median over `rounds` alternating rounds of the ensemble and the sequential loop (the machine
-    is shared and noisy, so both ways see the same conditions)."""
-    settings = SHAPES[name]
-    seeds = list(range(ENSEMBLE))
-    ensemble = trainer_for(settings, seeds, device, "/tmp/headway-bench")
-    singles = [trainer_for(settings, [s], device, "/tmp/headway-bench") for s in seeds]
-    flops = step_flops(*ensemble)
-    ensemble_times, sequential_times = [], []
-    for r in range(rounds):
-        first = 1 + r * (steps + 2)
-        ensemble_times.append(time_steps(*ensemble, steps, device, first))
-        sequential_times.append(sum(time_steps(*single, steps, device, first) for single in singles))
-    ensemble_s, sequential_s = statistics.median(ensemble_times), statistics.median(sequential_times)
-    return {"shape": name, "ensemble_steps_per_s": steps / ensemble_s,
-            "sequential_steps_per_s": steps / sequential_s, "speedup": sequential_s / ensemble_s,
-            "flops_per_s": flops * steps / ensemble_s, "fraction_of_peak": flops * steps / ensemble_s / peak}
+def spread(values: list[float], fmt: str = ".2f") -> str:
+    """'median (min–max)' of `values`."""
+    return f"{statistics.median(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; the median is reported")
-    parser.add_argument("--shapes", default="paper,cpu")
-    args = parser.parse_args()
+def failure_row(shape: str, size: int, what: str, err: Exception) -> str:
+    """A table row saying that `what` failed, with the error's first line."""
+    message = (str(err).strip().splitlines() or [""])[0][:160]
+    return f"| {shape} | {size} | {what} | failed: {type(err).__name__}: {message} | | | |"
+
+
+def bench(shape: str, size: int, device: torch.device, args: argparse.Namespace,
+          notes: set[str]) -> dict[str, list[float]]:
+    """Seconds per round of every requested way at one shape and ensemble size; a way that fails
+    (e.g. out of memory) is reported and left out of the rest of the run. Adds torch's warnings
+    about the func way to `notes`."""
+    runs = runs_for(SHAPES[shape], size)
+    try:
+        ways = build_ways(runs, device, args.ways, args.precision, args.compile,
+                          args.compile_baselines, args.plain_last_only)
+    except Exception as err:  # noqa: BLE001 - report it and go on with the next size
+        print(failure_row(shape, size, "setup of " + ",".join(args.ways), err), flush=True)
+        release(device)
+        return {}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    order = list(ways)
+    for r in range(args.rounds):
+        shift = r % len(order)
+        for name in order[shift:] + order[:shift]:
+            if name not in ways:
+                continue
+            try:
+                times[name].append(timed(ways[name], args.steps, device))
+            except Exception as err:  # noqa: BLE001 - report it and measure the other ways
+                print(failure_row(shape, size, name, err), flush=True)
+                del ways[name]
+                times.pop(name)
+    if isinstance(ways.get("func"), FuncEnsemble):
+        notes |= ways["func"].notes
+    del ways
+    release(device)
+    return times
+
+
+def release(device: torch.device) -> None:
+    """Between measurements: forget compiled graphs (each shape and E compiles its own, and torch keeps only
+    a few per function) and give cached device memory back."""
+    torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def project_depth_grid(rate: float, size: int, flops_per_model_step: int) -> str:
+    """The paper depth grid's projected training wall time at headway's measured rate, with its assumptions."""
+    from headway.runs.cost import training_flops
+    from headway.studies.retrieval.plan import study_plan
+
+    grid = study_plan("paper").grids()["depth"]
+    total = sum(training_flops(run) for run in grid)
+    bench_run = runs_for(SHAPES["paper"], 1)[0]
+    formula_per_step = training_flops(bench_run) / bench_run.train.steps
+    units = formula_per_step / flops_per_model_step
+    hours = total / rate / 3600
+    return (f"Projection: the paper depth grid (study_plan('paper').grids()['depth'], {len(grid)} runs, "
+            f"{total / 1e15:.0f} PFLOP by headway.runs.cost.training_flops) would take {hours:.1f} h of training "
+            f"on this device at the {rate / 1e9:.1f} GFLOP/s headway reached at the paper shape with E = {size}, "
+            f"assuming every run of the grid trains at that FLOP rate (the grid has 1–8 layers, D up to 14 and "
+            f"vocab 64; the benchmark shape 2 layers, D = 4, vocab 32) and leaving out evaluation, checkpoints "
+            f"and data generation. training_flops counts {units:.2f}× the FLOPs FlopCounterMode counts for the "
+            f"benchmark's paper shape (among other things it counts every position of the final block, which "
+            f"headway computes at the last position only), so at the same steps/s "
+            f"in training_flops' own units the grid would take {hours / units:.1f} h.")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(
+        description="Training throughput of an ensemble of E transformers three ways: headway's ensemble trainer, "
+                    "a plain PyTorch loop over E models, and torch.func (vmap) ensembling. Prints markdown rows.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        epilog="Output: a header line (device, torch, threads, matmul peaks, precision, compilation), then one "
+               "row per shape, E and way: steps/s (median and min–max over rounds), model-steps/s (E × steps/s), "
+               "GFLOP/s (headway's FLOPs per model-step, counted by FlopCounterMode, × model-steps/s) and its "
+               "fraction of the matmul peak of the precision used; then headway/plain and headway/func speed "
+               "ratios per shape and E; then the projected training time of the paper depth grid at headway's "
+               "rate (paper shape, largest E). With --device cuda the device is synchronised around every "
+               "timing.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="device to train on")
+    parser.add_argument("--shapes", default="paper,cpu",
+                        help=f"comma list of model/task shapes, from {', '.join(SHAPES)} "
+                             "(paper: 2 layers, 8 heads, width 128, batch 512, D=4 K=4; cpu: 2 layers, 4 heads, "
+                             "width 64, batch 128, D=2 K=4)")
+    parser.add_argument("--ensemble-sizes", default="8",
+                        help="comma list of ensemble sizes E (e.g. 1,8,32,64); each is measured for every shape")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="alternating rounds (the order of the ways rotates each round); median and min–max "
+                             "over rounds are reported")
+    parser.add_argument("--steps", type=int, default=10, help=f"timed training steps per way per round (after "
+                                                                f"{WARMUP} warm-up steps)")
+    parser.add_argument("--ways", default=",".join(WAYS),
+                        help="comma list of ways: headway (ensemble trainer), plain (E torch models and AdamWs "
+                             "one after another), func (torch.func stack_module_state + vmap, one AdamW)")
+    parser.add_argument("--precision", choices=("auto", "fp32", "tf32", "bf16"), default="auto",
+                        help="headway's ComputeSettings precision where the trainer has it (else float32); the "
+                             "plain and func ways run at the same resolved precision (bf16: torch.autocast)")
+    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                        help="headway's ComputeSettings compile mode where the trainer has it (else eager)")
+    parser.add_argument("--compile-baselines", action="store_true",
+                        help="also torch.compile the plain and func ways' forward and loss (else they run eagerly)")
+    parser.add_argument("--plain-last-only", action="store_true",
+                        help="plain and func models compute the final block at the last position only, as headway "
+                             "does (else every position, as an ordinary model does)")
+    args = parser.parse_args(argv)
+    args.shapes = [s for s in args.shapes.split(",") if s]
+    args.ways = [w for w in args.ways.split(",") if w]
+    args.ensemble_sizes = [int(n) for n in args.ensemble_sizes.split(",") if n]
+    for shape in args.shapes:
+        if shape not in SHAPES:
+            parser.error(f"unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+    for way in args.ways:
+        if way not in WAYS:
+            parser.error(f"unknown way {way!r}; choose from {', '.join(WAYS)}")
+    if not args.ways or not args.shapes or not args.ensemble_sizes or min(args.ensemble_sizes) < 1:
+        parser.error("give at least one way, one shape and ensemble sizes >= 1")
+    if args.rounds < 1 or args.steps < 1:
+        parser.error("--rounds and --steps must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available")
+    try:
+        resolve_precision(args.precision, torch.device(args.device))
+    except Exception as err:  # noqa: BLE001 - e.g. tf32 off CUDA: a usage error
+        parser.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Measure and print the header, one row per shape, ensemble size and way, the ratios and the projection."""
+    args = parse_args(argv)
     device = torch.device(args.device)
-    peak = matmul_peak(device)
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else (
-        f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads")
-    print(f"device: {device} ({where}); torch {torch.__version__}; float32 matmul peak {peak / 1e9:.1f} GFLOP/s; "
-          f"median of {args.rounds} rounds of {args.steps} steps")
-    print(f"| shape | ensemble of {ENSEMBLE} (steps/s) | {ENSEMBLE} one after another (steps/s) | ratio | "
-          "ensemble GFLOP/s | fraction of matmul peak |")
-    print("|---|---|---|---|---|---|")
-    for name in args.shapes.split(","):
-        r = bench_shape(name, device, args.steps, args.rounds, peak)
-        print(f"| {name} | {r['ensemble_steps_per_s']:.2f} | {r['sequential_steps_per_s']:.2f} | "
-              f"{r['speedup']:.2f}× | {r['flops_per_s'] / 1e9:.1f} | {r['fraction_of_peak']:.0%} |", flush=True)
+    precision = resolve_precision(args.precision, device)
+    peaks = measure_peaks(device, precision)
+    peak = peaks[precision]
+    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
+             else f"{platform.processor() or platform.machine()}")
+    if trainer_takes_compute():
+        on = ComputeSettings(precision=args.precision, compile=args.compile).compiles(device)
+        compute = (f"ComputeSettings(precision={args.precision}, compile={args.compile}): "
+                   f"{'compiled' if on else 'eager'}")
+    else:
+        compute = "no ComputeSettings in this trainer: float32, eager"
+    print(f"device: {device} ({where}); torch {torch.__version__}; {torch.get_num_threads()} threads; matmul peak "
+          + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items())
+          + f"; precision {precision} for every way; headway {compute}; plain and func "
+          f"{'compiled' if args.compile_baselines else 'eager'}"
+          f"{', last position only in the final block' if args.plain_last_only else ''}; "
+          f"median (min–max) of {args.rounds} alternating rounds of {args.steps} steps; FLOP/s credit every way "
+          f"with headway's FLOPs per model-step (FlopCounterMode), fraction of the {precision} peak", flush=True)
+    print("| shape | E | way | steps/s | model-steps/s | GFLOP/s | fraction of peak |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    results: dict[tuple[str, int], dict[str, list[float]]] = {}
+    flops: dict[str, int] = {}
+    notes: set[str] = set()
+    for shape in args.shapes:
+        flops[shape] = model_step_flops(SHAPES[shape], device, args.precision)
+        for size in args.ensemble_sizes:
+            times = bench(shape, size, device, args, notes)
+            results[shape, size] = times
+            for name, seconds in times.items():
+                rates = [args.steps / s for s in seconds]
+                flop_rates = [r * size * flops[shape] for r in rates]
+                print(f"| {shape} | {size} | {name} | {spread(rates)} | {statistics.median(rates) * size:.1f} | "
+                      f"{spread([f / 1e9 for f in flop_rates], '.1f')} | {statistics.median(flop_rates) / peak:.1%} |",
+                      flush=True)
+    others = [w for w in ("plain", "func") if w in args.ways and "headway" in args.ways]
+    if others:
+        print()
+        print("| shape | E | " + " | ".join(f"headway/{w} (min–max per round)" for w in others) + " |")
+        print("|---|---|" + "---|" * len(others))
+        for (shape, size), times in results.items():
+            cells = []
+            for w in others:
+                if "headway" in times and w in times:
+                    per_round = [b / a for a, b in zip(times["headway"], times[w])]
+                    ratio = statistics.median(times[w]) / statistics.median(times["headway"])
+                    cells.append(f"{ratio:.2f}× ({min(per_round):.2f}–{max(per_round):.2f})")
+                else:
+                    cells.append("—")
+            print(f"| {shape} | {size} | " + " | ".join(cells) + " |")
+    for note in sorted(notes):
+        print(f"\nNote (torch, func way): {note}.")
+    paper = [(size, times) for (shape, size), times in results.items() if shape == "paper" and "headway" in times]
+    print()
+    if paper:
+        size, times = max(paper, key=lambda item: item[0])
+        rate = args.steps / statistics.median(times["headway"]) * size * flops["paper"]
+        try:
+            print(project_depth_grid(rate, size, flops["paper"]))
+        except Exception as err:  # noqa: BLE001 - the measurements above stand without it
+            print(f"Projection of the paper depth grid failed: {type(err).__name__}: {err}")
+    else:
+        print("Projection of the paper depth grid: not made (it needs the paper shape and the headway way).")
 
 
 if __name__ == "__main__":
