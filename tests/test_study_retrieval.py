@@ -10,7 +10,7 @@ import pytest
 
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.studies.retrieval.plan import RetrievalPlan, study_plan
+from headway.studies.retrieval.plan import RetrievalPlan, gpu_projection, study_plan
 from headway.studies.retrieval.verdicts import COMPOSITION_CLAIM, DEPTH_CLAIM
 
 pytestmark = pytest.mark.slow
@@ -127,6 +127,25 @@ def test_plans_refuse_bad_axes():
     second = paper.conditional_runs()[0]
     assert (len(paper.conditional_seeds), second.train.steps, second.train.batch_size, second.train.train_size,
             second.task.curriculum) == (64, 24_000, 128, 2**18, "ic")
+
+
+def test_the_gpu_plan_trains_the_separating_cells_in_about_twenty_minutes():
+    """Budget (docs/study-retrieval.md): 4e16–8e16 training FLOPs (7–13 min at the assumed 100 TFLOP/s) and
+    15–25 min projected with the analysis."""
+    plan = study_plan("gpu")
+    projected = gpu_projection(plan)
+    assert 4e16 <= projected["training_flops"] <= 8e16
+    assert 15 * 60 <= projected["total_s"] <= 25 * 60
+    cells = {(r.task.order, r.task.supervision, r.model.layers, r.task.hops) for r in plan.depth_runs()}
+    wanted = {(layers, hops) for layers in (2, 3) for hops in (3, 4, 5)}
+    for formulation in [("chain", "dense"), ("shuffled", "dense"), ("shuffled", "query")]:
+        assert wanted <= {cell[2:] for cell in cells if cell[:2] == formulation}
+    depth = plan.depth_runs()
+    assert min(r.train.steps for r in depth) >= 5000 and len(plan.seeds) >= 4
+    assert {(r.model.attention, r.task.curriculum) for r in depth} == {("causal", "ic")}
+    conditional = plan.conditional_runs()
+    assert {(r.model.attention, r.model.d_model) for r in conditional} == {("bidirectional", 128)}
+    assert 4 in {r.model.layers for r in conditional} and min(r.train.steps for r in conditional) >= 12_000
 
 
 def test_bad_study_option_is_one_line(tmp_path, capsys):

@@ -14,7 +14,7 @@ from headway.analysis.llc import SGLDSettings
 from headway.analysis.stages import label_stages, llc_turns, loss_plateaus, stage_boundaries
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.studies.sorting.plan import SortingPlan, study_plan
+from headway.studies.sorting.plan import SortingPlan, gpu_projection, study_plan
 from headway.studies.sorting.study import SortingStudy
 from headway.studies.sorting.verdicts import llc_rises_then_falls
 from headway.tasks.registry import scale_settings
@@ -137,6 +137,24 @@ def test_plans_check_their_grid():
         study_plan("cpu").with_overrides(data=("uniform", 9.0))
     with pytest.raises(ConfigError, match="weight decay"):
         study_plan("cpu").with_overrides(weight_decays=(-1.0,))
+
+
+def test_the_gpu_plan_can_test_the_gap_claim_and_traces_the_llc_within_its_budget():
+    """Budget (docs/study-sorting.md): 1e16–4e16 training FLOPs (2–7 min at the assumed 100 TFLOP/s) and
+    10–25 min projected with the LLC; one ensemble small enough for an 80 GB GPU."""
+    from headway.runs.cost import training_memory
+
+    plan = study_plan("gpu")
+    projected = gpu_projection(plan)
+    assert 1e16 <= projected["training_flops"] <= 4e16
+    assert 10 * 60 <= projected["total_s"] <= 25 * 60
+    assert training_memory(plan.runs()) < 64 * 2**30
+    gaps = [d for d in plan.data if d != "uniform"]
+    assert len(gaps) >= 6 and min(gaps) <= 1.5 and max(gaps) >= 4 and len(plan.seeds) >= 16  # power 1.00 at 16
+    traced = plan.development_runs()
+    assert {r.train.weight_decay for r in traced} == set(plan.weight_decays)
+    assert len(traced) >= 4 * len(plan.weight_decays)
+    assert plan.llc_checkpoints is None and "heads" in plan.llc_weights  # every saved checkpoint, per head too
 
 
 @pytest.mark.slow

@@ -32,3 +32,20 @@ def training_memory(runs: list[RunConfig]) -> int:
     floats = 6 * params + n_ctx * (run.train.batch_size * kept + min(EVAL_CHUNK, run.train.val_size) * evaluated)
     pools = len({r.data_seed for r in runs}) * (run.train.train_size + run.train.val_size) * n_ctx * 8 * 2
     return int(MARGIN * (PROCESS_BYTES + n * 4 * floats + pools))
+
+
+# Assumed sustained training throughput of one H100 at bf16 for these small-model ensembles: about 30% of
+# its 989 TFLOP/s dense bf16 peak. An assumption for sizing plans, not a measurement:
+# benchmarks/bench_training.py measures the real number.
+ASSUMED_GPU_FLOPS = 100e12
+
+
+def example_flops(run: RunConfig) -> float:
+    """Approximate FLOPs of one forward and backward pass over one example of `run`."""
+    return training_flops(run) / (run.train.steps * run.train.batch_size)
+
+
+def sgld_flops(run: RunConfig, chains: int, steps: int, batch_size: int, pool: int = 0) -> float:
+    """Approximate FLOPs of one LLC estimate of `run` at one checkpoint: `chains` × `steps` SGLD steps of
+    `batch_size` examples (forward and backward), plus a forward pass over `pool` examples for L(w*)."""
+    return example_flops(run) * (chains * steps * batch_size + pool / 3)

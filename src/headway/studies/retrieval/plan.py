@@ -19,6 +19,9 @@ from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS, SUPERVISIONS
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
+# Analysis seconds per ensemble on one GPU, assumed: the analysis is ~150 forwards of 1024 examples (counted on
+# a 3-layer, 8-head ensemble), ridge probes and a forward per checkpoint, bound by latency rather than FLOPs
+ANALYSIS_S_PER_ENSEMBLE = 30.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,12 @@ class RetrievalPlan(Plan):
         """The depth-law grid and the conditional grid."""
         return {"depth": self.depth_runs(), "conditional": self.conditional_runs()}
 
+    def describe(self) -> list[str]:
+        projected = gpu_projection(self)
+        return [f"projected on one GPU at the assumed 100 TFLOP/s: training {projected['training_s'] / 60:.1f} min, "
+                f"analysis {projected['analysis_s'] / 60:.1f} min ({projected['ensembles']} ensembles × "
+                f"{ANALYSIS_S_PER_ENSEMBLE:g} s)"]
+
     def with_settings(self, **settings: Any) -> RetrievalPlan:
         """A copy with flat run settings (e.g. steps, vocab) set in both grids (None leaves one as it is)."""
         given = {k: v for k, v in settings.items() if v is not None}
@@ -112,6 +121,40 @@ def _dense_checkpoints(settings: dict[str, Any], every: int, logs: int) -> dict[
     return {**settings, "checkpoint_every": every, "log_checkpoints": logs}
 
 
+def gpu_plan() -> RetrievalPlan:
+    """The `gpu` scale: the cells that separate the papers' claims from what the CPU scale showed.
+
+    Depth: 2 and 3 causal layers on D = 3, 4, 5 under the formulations where CPU runs showed (or came
+    half-way to) composition — links in chain order and shuffled, each with dense and query supervision
+    (chain order with query supervision separates the order from the supervision) — with the paper's
+    model, 10k steps (three layers needed ~5000 at width 64 for D = 4) and 8 seeds. Conditional: the
+    recipes the CPU sweep could not run: bidirectional attention, 3 and 4 layers, width 128, the paper's
+    24k steps at batch 128 (its second setup), 16 seeds. Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an
+    assumption) to about 20 minutes with the analysis (`gpu_projection`, docs/study-retrieval.md).
+    """
+    model = {**scale_settings("paper"), "vocab": 24, "train_size": 2**18, "val_size": 2048, "eval_every": 100}
+    depth = {**_dense_checkpoints(model, 250, 16), "steps": 10_000}
+    conditional = {**_dense_checkpoints(model, 1000, 24), "chains": 2, "attention": "bidirectional",
+                   "steps": 24_000, "batch_size": 128}
+    return RetrievalPlan(scale="gpu", depth_base=depth, layers=(2, 3), hops=(3, 4, 5), seeds=tuple(range(8)),
+                         curricula=("ic",), orders=("chain", "shuffled"), supervisions=("dense", "query"),
+                         conditional_base=conditional, conditional_layers=(3, 4), conditional_hops=(1, 2),
+                         conditional_seeds=tuple(range(16)))
+
+
+def gpu_projection(plan: RetrievalPlan) -> dict[str, float]:
+    """Projected seconds of `plan` on one GPU: training FLOPs at ASSUMED_GPU_FLOPS, and the analysis at
+    ANALYSIS_S_PER_ENSEMBLE per ensemble (latency-bound: ~150 small forwards, probes, checkpoint curves)."""
+    from headway.runs.config import group_runs
+    from headway.runs.cost import ASSUMED_GPU_FLOPS, training_flops
+
+    flops = sum(training_flops(run) for run in plan.runs())
+    ensembles = sum(len(group_runs(runs)) for runs in plan.grids().values() if runs)
+    analysis = ensembles * ANALYSIS_S_PER_ENSEMBLE
+    return {"training_flops": flops, "training_s": flops / ASSUMED_GPU_FLOPS, "ensembles": ensembles,
+            "analysis_s": analysis, "total_s": flops / ASSUMED_GPU_FLOPS + analysis}
+
+
 def study_plan(scale: str) -> RetrievalPlan:
     """The plan of a named scale (see the module docstring)."""
     if scale == "cpu":
@@ -121,12 +164,7 @@ def study_plan(scale: str) -> RetrievalPlan:
                          conditional_base={**cpu, "chains": 2, "steps": 3000}, conditional_layers=(3,),
                          conditional_hops=(1,), conditional_seeds=(0, 1))
     if scale == "gpu":
-        gpu = {"vocab": 32, "chains": 4, "steps": 5000, "train_size": 2**18, "val_size": 2048,
-               "eval_every": 100, "checkpoint_every": 250, "log_checkpoints": 16}
-        return RetrievalPlan(scale=scale, depth_base=gpu, layers=(1, 2, 3, 4), hops=(1, 2, 3, 4, 5, 6),
-                         seeds=(0, 1, 2, 3), conditional_base={**gpu, "chains": 2, "batch_size": 128},
-                         conditional_layers=(1, 2, 3), conditional_hops=(1, 2, 4),
-                         conditional_seeds=tuple(range(16)))
+        return gpu_plan()
     if scale == "paper":
         paper = {"vocab": 64, "checkpoint_every": 500, "log_checkpoints": 20}
         second = {"vocab": 64, "steps": 24000, "batch_size": 128, "train_size": 2**18,

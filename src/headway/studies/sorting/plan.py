@@ -15,6 +15,9 @@ from headway.tasks.registry import scale_settings
 
 STUDY_SCALES = ("cpu", "gpu")
 UNIFORM = "uniform"  # the default data: distinct numbers drawn uniformly from 0 … 50
+# Seconds per SGLD step on one GPU, assumed: a step of the batched chains is a few small kernels, bound by
+# launch latency rather than FLOPs, so the LLC trace takes at least this per sequential step
+SGLD_STEP_S = 0.003
 
 
 def parse_data(option: str, text: str) -> str | float:
@@ -81,7 +84,10 @@ class SortingPlan(Plan):
         return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
 
     def describe(self) -> list[str]:
-        return [f"LLC traced over training for {len(self.development_runs())} of them"]
+        projected = gpu_projection(self)
+        return [f"LLC traced over training for {len(self.development_runs())} of them",
+                f"LLC: about {projected['llc_flops']:.2e} FLOPs; projected on one GPU at the assumed 100 TFLOP/s: "
+                f"training {projected['training_s'] / 60:.1f} min, analysis {projected['analysis_s'] / 60:.1f} min"]
 
 
 def data_settings(data: str | float) -> dict[str, Any]:
@@ -100,6 +106,65 @@ def data_label(run: RunConfig) -> str:
     return UNIFORM if run.task.gaps == "uniform" else data_label_of(run.task.mean_gap)
 
 
+def gpu_plan() -> SortingPlan:
+    """The `gpu` scale: the recipe (batch 512, 20k steps) over a δ̄ grid of 1–4.5 in steps of 0.5 and the
+    default lists, both weight decays, 24 seeds per cell (the gap test's power; the CPU run's 3 seeds gave
+    0.00), the LLC over training of seeds 0–11 at both weight decays (whole model and each head) at every
+    saved checkpoint, with the CPU calibration's ε 1.5e-6 at batch 512 over the sampling time of the former
+    ε 3e-6 × 400 steps (800 steps). 24 seeds rather than more because the 432 runs train as one ensemble of
+    about 52 GiB (`training_memory`). Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an assumption) to about
+    15 minutes with the analysis (`gpu_projection`, docs/study-sorting.md)."""
+    sgld = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=8, draws=400, burnin=400, batch_size=512,
+                        init_loss_batches=None, init_batch_size=4096)
+    return SortingPlan("gpu", data=(UNIFORM, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
+                       seeds=tuple(range(24)), settings=scale_settings("paper", "sorting"), sgld=sgld,
+                       development_seeds=tuple(range(12)), examples=10_000)
+
+
+def gpu_projection(plan: SortingPlan) -> dict[str, float]:
+    """Projected seconds of `plan` on one GPU: training and LLC FLOPs at ASSUMED_GPU_FLOPS, the LLC no faster
+    than SGLD_STEP_S per sequential SGLD step (every traced run's chains step together)."""
+    from headway.runs.cost import ASSUMED_GPU_FLOPS, training_flops
+
+    runs, traced = plan.runs(), plan.development_runs()
+    training = sum(training_flops(run) for run in runs)
+    groups = _weight_groups(plan, runs[0])
+    checkpoints = _trace_checkpoints(plan)
+    llc = _llc_flops(plan, runs, 1) + checkpoints * _llc_flops(plan, traced, groups)
+    sequential = (1 + checkpoints * groups) * plan.sgld.steps
+    analysis = max(llc / ASSUMED_GPU_FLOPS, sequential * SGLD_STEP_S)
+    return {"training_flops": training, "training_s": training / ASSUMED_GPU_FLOPS, "llc_flops": llc,
+            "analysis_s": analysis, "total_s": training / ASSUMED_GPU_FLOPS + analysis}
+
+
+def _weight_groups(plan: SortingPlan, run: RunConfig) -> int:
+    """Weight groups of the LLC trace: one per named group, one per head for "heads"."""
+    names = [name.strip() for name in plan.llc_weights.split(",")]
+    return sum(run.model.layers * run.model.heads if name == "heads" else 1 for name in names)
+
+
+def _trace_checkpoints(plan: SortingPlan) -> int:
+    """Checkpoints the LLC trace visits: every saved one, or `llc_checkpoints` of them."""
+    from headway.runs.config import RunConfig
+    from headway.train.trainer import checkpoint_schedule
+
+    train = RunConfig.from_flat(plan.settings).train
+    saved = len(checkpoint_schedule(train.steps, train.checkpoint_every, train.log_checkpoints))
+    return saved if plan.llc_checkpoints is None else min(saved, plan.llc_checkpoints)
+
+
+def _llc_flops(plan: SortingPlan, runs: list[RunConfig], groups: int) -> float:
+    """FLOPs of one LLC estimate of each of `runs` for each of `groups` weight groups, with L(w*) once."""
+    from headway.runs.cost import sgld_flops
+
+    sgld = plan.sgld
+    if not runs:
+        return 0.0
+    pool = (sgld.init_loss_batches or 0) * (sgld.init_batch_size or 0) or runs[0].train.train_size
+    return sum(groups * sgld_flops(run, sgld.chains, sgld.steps, sgld.batch_size) + sgld_flops(run, 0, 0, 0, pool)
+               for run in runs)
+
+
 def study_plan(scale: str) -> SortingPlan:
     """The study at a named scale: `cpu` (under 30 minutes on 2 cores) or `gpu` (the recipe's size)."""
     if scale == "cpu":
@@ -112,10 +177,5 @@ def study_plan(scale: str) -> SortingPlan:
         return SortingPlan("cpu", data=(UNIFORM, 1.5, 3.0), weight_decays=(0.005, 0.0), seeds=(0, 1, 2),
                            settings=settings, sgld=sgld, development_seeds=(0, 1), llc_weights="all")
     if scale == "gpu":
-        settings = scale_settings("paper", "sorting")
-        sgld = SGLDSettings(lr=3e-6, nbeta=1e4, localization=1e4, chains=8, draws=200, burnin=200, batch_size=512,
-                            init_loss_batches=None, init_batch_size=4096)
-        return SortingPlan("gpu", data=(UNIFORM, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
-                           seeds=tuple(range(16)), settings=settings, sgld=sgld, development_seeds=(0, 1, 2),
-                           examples=10_000)
+        return gpu_plan()
     raise ConfigError(f"scale = {scale!r} is unknown; choose one of {', '.join(STUDY_SCALES)}")
