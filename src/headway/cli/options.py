@@ -3,6 +3,8 @@ be set or swept under one name in every command; and the refusal of old option s
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -187,3 +189,33 @@ def compute_options(func: Callable) -> Callable:
 def pop_compute(values: dict[str, Any]) -> ComputeSettings:
     """The compute settings the compute options in `values` describe (they are removed from `values`)."""
     return ComputeSettings(precision=values.pop("precision"), compile=values.pop("compile"))
+
+
+def time_limit_params() -> list[click.Option]:
+    """`--time-limit MINUTES`: stop, saved, after that long; the same command continues (docs/cli.md)."""
+    return [click.Option(["--time-limit"], default=None, metavar="MINUTES",
+                         help="Stop after MINUTES: training saves its state, no further ensemble or analysis "
+                              "starts, and the command exits with status 75; run it again to continue.")]
+
+
+def time_limit_options(func: Callable) -> Callable:
+    """Decorator adding `--time-limit` (see `time_limit_params`)."""
+    params = getattr(func, "__click_params__", [])
+    params.extend(time_limit_params())
+    func.__click_params__ = params
+    return func
+
+
+def pop_deadline(values: dict[str, Any]) -> float | None:
+    """The `time.time()` at which `--time-limit` in `values` runs out (removed from `values`): now + minutes·60;
+    None without one. A value that is not a number above 0 is refused."""
+    text = values.pop("time_limit")
+    if text is None:
+        return None
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = math.nan
+    if not (math.isfinite(minutes) and minutes > 0):
+        raise ConfigError(f"--time-limit got {text!r}; give the minutes to run, a number above 0 (e.g. 9)")
+    return time.time() + 60 * minutes

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from headway.cli.options import (compute_params, executor_params, option_flag, parse_value, parse_values, pop_compute,
-                                 pop_executor, renamed_options)
+                                 pop_deadline, pop_executor, renamed_options, time_limit_params)
 from headway.settings import field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
@@ -65,6 +65,7 @@ def study_command(cls: type[Study]) -> click.Command:
     def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, **given: str | None) -> None:
         executor = pop_executor(given)
         compute = pop_compute(given)
+        deadline = pop_deadline(given)
         plan = cls.plan_for(scale)
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
@@ -76,7 +77,8 @@ def study_command(cls: type[Study]) -> click.Command:
             return
         click.echo(f"study {cls.name}, scale {scale}: {len(plan.runs())} runs into {out}", err=True)
         executor.prepare(device)
-        report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute).run()
+        report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
+                     deadline=deadline).run()
         click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")
 
     params = [
@@ -87,6 +89,7 @@ def study_command(cls: type[Study]) -> click.Command:
         click.Option(["--device"], default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …"),
         *executor_params(),
         *compute_params(),
+        *time_limit_params(),
     ]
     params += [click.Option([option_flag(name), name], default=None, metavar="V[,V…]",
                             help=f"{field.metadata['help']} [default: the scale's]") for name, field in fields.items()]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import (compute_options, executor_options, parse_values, pop_compute, pop_executor,
-                                 renamed_options, sweep_options)
+from headway.cli.options import (compute_options, executor_options, parse_values, pop_compute, pop_deadline,
+                                 pop_executor, renamed_options, sweep_options, time_limit_options)
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import field_types
@@ -37,6 +37,7 @@ def _task_help() -> str:
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
 @executor_options
 @compute_options
+@time_limit_options
 @sweep_options(SETTINGS, _help)
 @renamed_options({"--seeds": "--seed (a comma list or A..B sweeps it)"})
 def train(out: Path, task: str, scale: str | None, device: str, progress: bool, **settings: str | None) -> None:
@@ -55,10 +56,11 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
 
     executor = pop_executor(settings)
     compute = pop_compute(settings)
+    deadline = pop_deadline(settings)
     executor.prepare(device)
     base = scale_settings(scale, task)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)
-    train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute)
+    train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute, deadline=deadline)
     click.echo(summary_table(load_summary(out)))

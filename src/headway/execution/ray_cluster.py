@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import headway
-from headway.errors import ConfigError, JobsFailed
+from headway.errors import ConfigError, JobsFailed, TimeLimitReached
 from headway.execution.base import Executor, Job
 
 CHECK_DIR = ".headway-check"  # per-command files under the store that tell a shared store from a local one
@@ -295,10 +295,15 @@ class RayExecutor(Executor):
 
 
 def raise_failures(failed: dict[str, BaseException]) -> None:
-    """One error for every failed job: bad input stays a ConfigError (exit status 2)."""
+    """One error for every failed job: bad input stays a ConfigError (exit status 2); jobs stopped by the
+    time limit are no failures: with nothing else failed, one TimeLimitReached (run again) names them."""
+    stopped = sorted(name for name, err in failed.items() if isinstance(err, TimeLimitReached))
+    failed = {name: err for name, err in failed.items() if name not in stopped}
+    if not failed:
+        raise TimeLimitReached(where=f"with {len(stopped)} ensemble(s) unfinished ({', '.join(stopped)})")
     lines = [f"{name}: {str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__}"
              for name, err in sorted(failed.items())]
     if all(isinstance(err, ConfigError) for err in failed.values()):
         raise ConfigError("; ".join(lines))
-    raise JobsFailed(lines)
+    raise JobsFailed(lines + ([f"{len(stopped)} more stopped at the time limit"] if stopped else []))
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import pandas as pd
 
 from headway.compute import ComputeSettings
+from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
 from headway.runs import layout
 from headway.runs.config import RunConfig
@@ -109,7 +110,7 @@ class Study(ABC):
         self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
         self.executor = executor or LocalExecutor()
         self.compute = compute or ComputeSettings()  # precision and compilation of training and LLC sampling
-        self.deadline = deadline  # time.time() at which training stops, saved, to be continued
+        self.deadline = deadline  # time.time() after which training stops (saved) and no analysis starts
 
     # --- what a study defines -----------------------------------------------------------------
 
@@ -191,11 +192,13 @@ class Study(ABC):
                          [d.name for d in ensembles])
 
     def analysed(self, run_dir: Path, device: torch.device) -> None:
-        """Analyse one ensemble unless its cache is current: `analyse`, then the tables, then done.json."""
+        """Analyse one ensemble unless its cache is current: `analyse`, then the tables, then done.json.
+        Past the deadline it is not started (TimeLimitReached; `analyse` may also stop inside, keeping its parts)."""
         from headway.runs.store import load_runs
 
         if self.is_cached(run_dir):
             return
+        TimeLimitReached.check(self.deadline, f"before analysing {run_dir.name}")
         folder = self.out / ANALYSIS / run_dir.name
         runs = load_runs(run_dir)
         started = time.perf_counter()

@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 
 from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
+from headway.errors import TimeLimitReached
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
@@ -33,13 +34,14 @@ def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) 
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
               count: int | None, device: torch.device | str, progress: bool, weights: str = "all",
               tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None, stamp: dict | None = None,
-              precision: str = "fp32") -> pd.DataFrame:
+              precision: str = "fp32", deadline: float | None = None) -> pd.DataFrame:
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns (instance indexing `instances`), passed through `tag`. Each checkpoint is saved to `folder`
     as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged. Losses are
-    evaluated at `precision` (`headway.compute`)."""
+    evaluated at `precision` (`headway.compute`). Once `deadline` (a `time.time()` value) has passed, no
+    further checkpoint is started: TimeLimitReached, with every finished checkpoint kept for the next call."""
     if not instances:
         return pd.DataFrame()
     first = runs[instances[0]]
@@ -62,6 +64,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
         if path.is_file():
             frames.append(layout.read_table(path))
             continue
+        TimeLimitReached.check(deadline, f"in the LLC trace of {run_dir.name} ({len(frames)} of {len(steps)} "
+                                         "checkpoints done)")
         model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
         parts = []
         anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from headway.compute import ComputeSettings
+from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
 from headway.execution.devices import resolve_device
 from headway.runs import layout
@@ -19,7 +20,9 @@ from headway.train.trainer import EnsembleTrainer
 def train_ensemble(runs: list[RunConfig], run_dir: Path, device: str, progress: bool,
                    compute: ComputeSettings | None = None, deadline: float | None = None) -> None:
     """One ensemble's job: train `runs` in `run_dir`, resuming from its latest state, on `device` as the
-    machine running it resolves it (see `EnsembleTrainer` for `compute` and `deadline`)."""
+    machine running it resolves it (see `EnsembleTrainer` for `compute` and `deadline`). Past `deadline`
+    it does not start (TimeLimitReached), so the jobs after a stopped one stay untouched."""
+    TimeLimitReached.check(deadline, f"before training {run_dir.name}")
     EnsembleTrainer(runs, run_dir, resolve_device(device), progress, compute, deadline).fit()
 
 

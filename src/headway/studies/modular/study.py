@@ -60,7 +60,7 @@ class ModularStudy(Study):
                                         self.plan.llc_checkpoints, device, self.progress, weights="all",
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version, **self.precision_stamp()},
-                                        precision=self.compute.precision)]
+                                        precision=self.compute.precision, deadline=self.deadline)]
         return {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
 
     def summarise(self, data: StudyData) -> ModularTables:

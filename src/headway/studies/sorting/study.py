@@ -58,8 +58,19 @@ class SortingStudy(Study):
         from headway.studies.llc_trace import llc_trace
         from headway.studies.sorting.analyse import CIRCUITS, LLC_TRACE, analyse_members
 
+        from headway.errors import TimeLimitReached
+
         plan = self.plan
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
+        traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
+        # the trace first: it is saved checkpoint by checkpoint, so a time limit stops it between checkpoints
+        # and the next call continues it at once; the final analyses below start only before the deadline
+        parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
+                                        device, self.progress, weights=plan.llc_weights,
+                                        tag=lambda frame: self.tag(frame, runs, traced),
+                                        stamp={"version": self.version, **self.precision_stamp()},
+                                        precision=self.compute.precision, deadline=self.deadline)]
+        TimeLimitReached.check(self.deadline, f"before the final analyses of {run_dir.name}")
         circuits: dict[str, list[torch.Tensor]] = {"ov": [], "qk": [], "scores": []}
         order: list[int] = []
         for members in by_task(runs).values():
@@ -70,12 +81,6 @@ class SortingStudy(Study):
             for name, array in arrays.items():
                 circuits[name].append(array)
             order += members
-        traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
-        parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
-                                        device, self.progress, weights=plan.llc_weights,
-                                        tag=lambda frame: self.tag(frame, runs, traced),
-                                        stamp={"version": self.version, **self.precision_stamp()},
-                                        precision=self.compute.precision)]
         out = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
         inverse = np.argsort(order)
         save_tensors(folder / CIRCUITS, {name: torch.cat(arrays)[inverse] for name, arrays in circuits.items()},
