@@ -10,6 +10,13 @@ the update is a few whole-buffer ops on the flat [E·C, P] weights (`FlatParamet
 indices for all rows come from one generator call, and each row reads only its instance's pool.
 No Python loop runs over chains or instances while sampling.
 
+Memory: when E·C rows would not fit the device (`max_rows`, or measured: `instance_groups`), the
+instances run in groups, each with all its C chains, one group after another. Every group replays the
+random streams of the whole run and keeps its own rows of them (`PoolSampler(keep=...)`,
+`sgld_step(drawn=...)`), so the numbers are those of the one-batch run; the price is drawing every
+row's minibatch keys and noise once per group (the noise is [E·C, P] floats for one step, small next
+to the activations that forced the split).
+
 Any other `nn.Module` is sampled the same way: its chains become rows of a `ModuleEnsemble`, which
 runs the copies in one batched call with torch.func (`vmap` over `functional_call`); the loss then is
 devinterp's kind, `loss_fn(model, inputs, targets) -> scalar`, on a pool [N, ...].
@@ -39,6 +46,7 @@ from tqdm.auto import tqdm
 
 from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, error_line, plain_layout
 from headway.errors import ConfigError
+from headway.execution.memory import Footprint, balanced_sizes, fit_footprint, memory_budget, peak_bytes
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
 from headway.compute import ComputeSettings, at_precision
@@ -131,19 +139,24 @@ def layout_of(model: nn.Module) -> FlatLayout:
     return model.flat if is_ensemble(model) else plain_layout(model)
 
 
-def replicate(model: nn.Module, copies: int) -> nn.Module:
-    """A deep copy of `model` holding every instance `copies` times, instance-major (row e·copies + c
-    is copy c of instance e), with its own `flat` buffer and `n_instances`; `model` is untouched."""
+def replicate(model: nn.Module, copies: int, instances: tuple[int, int] | None = None) -> nn.Module:
+    """A deep copy of `model` holding every instance (or those in [start, stop) of `instances`) `copies`
+    times, instance-major (row e·copies + c is copy c of instance e), with its own `flat` buffer and
+    `n_instances`; `model` is untouched."""
     copies = check_int("copies", copies, 1)
+    start, stop = instances or (0, model.n_instances)
     if isinstance(model, ModuleEnsemble):
-        return model.replicated(copies)
+        if (start, stop) == (0, model.n_instances):
+            return model.replicated(copies)
+        return ModuleEnsemble(model.inner[0], model.loss_fn,
+                              model.flat.data.detach()[start:stop].repeat_interleave(copies, dim=0).clone())
     clone = copy.deepcopy(model, {id(model.flat): None})  # the old flat buffer is rebuilt below
     with torch.no_grad():
         for name, param in list(clone.named_parameters()):
             owner_name, _, leaf = name.rpartition(".")
             owner = clone.get_submodule(owner_name) if owner_name else clone
-            setattr(owner, leaf, nn.Parameter(param.repeat_interleave(copies, dim=0), param.requires_grad))
-    clone.n_instances = model.n_instances * copies
+            setattr(owner, leaf, nn.Parameter(param[start:stop].repeat_interleave(copies, dim=0), param.requires_grad))
+    clone.n_instances = (stop - start) * copies
     clone.flat = FlatParameters(clone, clone.n_instances)
     return clone
 
@@ -231,11 +244,13 @@ def weight_masks(model: nn.Module, spec: str) -> dict[str, Tensor | None]:
 class PoolSampler:
     """Minibatch indices for R rows at once: each row walks through its own random permutations of
     its pool of N examples, B at a time, like a shuffled DataLoader with drop_last: no example
-    repeats within a batch, and each is used once per epoch. Holds one [R, N] permutation."""
+    repeats within a batch, and each is used once per epoch. Holds one [R, N] permutation. With `keep`,
+    the keys of all `rows` rows are drawn and only the rows in `keep` are kept (one group of a split run)."""
 
     def __init__(self, rows: int, pool: int, batch_size: int, generator: torch.Generator,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", keep: slice | None = None) -> None:
         self.rows, self.pool, self.batch_size = rows, pool, batch_size
+        self.keep = keep or slice(None)
         self.generator, self.device = generator, device
         self.per_epoch = pool // batch_size
         self.order = torch.empty(rows, 0, dtype=torch.long, device=device)
@@ -244,7 +259,7 @@ class PoolSampler:
     def next(self) -> Tensor:
         """[R, B] indices into each row's pool."""
         if self.cursor == self.per_epoch:
-            keys = torch.rand(self.rows, self.pool, generator=self.generator)
+            keys = torch.rand(self.rows, self.pool, generator=self.generator)[self.keep]
             self.order = keys.argsort(dim=1).to(self.device)
             self.cursor = 0
         start = self.cursor * self.batch_size
@@ -254,13 +269,17 @@ class PoolSampler:
 
 @torch.no_grad()
 def sgld_step(flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, localization: float,
-              generator: torch.Generator, mask: Tensor | None = None, live: Tensor | None = None) -> None:
+              generator: torch.Generator, mask: Tensor | None = None, live: Tensor | None = None,
+              drawn: tuple[int, int] | None = None) -> None:
     """One SGLD step on every row of `flat` from the gradients in `flat.grad` (devinterp 1.x):
     w ← w − ε/2·(nβ·∇L_batch(w) + γ·(w − w*)) + N(0, ε).
     `mask` [P] restricts drift and noise to its coordinates (devinterp's optimize_over); rows where
-    `live` [R] is False do not move."""
+    `live` [R] is False do not move. With `drawn` (rows, first), noise is drawn for `rows` rows and rows
+    first … first + R of it are used: a group of a split run gets the noise the whole run gives it."""
     w = flat.data
-    update = torch.randn(w.shape, generator=generator, device=w.device, dtype=w.dtype).mul_(math.sqrt(lr))
+    rows, first = drawn or (w.shape[0], 0)
+    noise = torch.randn((rows, *w.shape[1:]), generator=generator, device=w.device, dtype=w.dtype)
+    update = noise[first : first + w.shape[0]].mul_(math.sqrt(lr))
     update.add_(flat.grad, alpha=-0.5 * lr * nbeta)
     if localization:
         update.add_(w, alpha=-0.5 * lr * localization).add_(anchor, alpha=0.5 * lr * localization)
@@ -285,11 +304,12 @@ def _gather(data: Tensor, instance: Tensor, index: Tensor) -> Tensor:
 
 @torch.no_grad()
 def _init_loss(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
-               generator: torch.Generator) -> tuple[np.ndarray, np.ndarray]:
+               generator: torch.Generator, groups: list[tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """L(w*) per instance [E] and its standard error [E] (float64), from disjoint batches of a random
     permutation of each instance's pool: the whole pool (`init_loss_batches` None; the last batch may be
     shorter) or `init_loss_batches` batches of `init_size`. The SE comes from the spread of the batch
-    means and carries the finite-pool correction: it is 0 when the whole pool was evaluated."""
+    means and carries the finite-pool correction: it is 0 when the whole pool was evaluated. `groups`
+    ([start, stop) instance ranges) evaluates the instances a group at a time, with the same numbers."""
     e, n = tokens.shape[:2]
     size = min(settings.init_size, n)
     batches = -(-n // size) if settings.init_loss_batches is None else settings.init_loss_batches
@@ -297,20 +317,32 @@ def _init_loss(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tenso
         raise ConfigError(f"init_loss_batches = {batches} of {size} examples is more than the pool of {n}; use at "
                           f"most {n // size}, or None for the whole pool")
     order = torch.rand(e, n, generator=generator).argsort(dim=1).to(tokens.device)
-    instance = torch.arange(e, device=tokens.device)
-    means, counts = [], []
-    for start in range(0, batches * size, size):
-        index = order[:, start : min(start + size, n)]
-        means.append(_checked_loss(loss_fn(model, _gather(tokens, instance, index),
-                                           _gather(targets, instance, index)), e).double().cpu().numpy())
-        counts.append(index.shape[1])
-    means_np, weights = np.stack(means), np.asarray(counts, dtype=float)[:, None]
+    spans = [(start, min(start + size, n)) for start in range(0, batches * size, size)]
+    parts = [_batch_means(model if (first, last) == (0, e) else replicate(model, 1, (first, last)), loss_fn,
+                          tokens[first:last], targets[first:last], order[first:last], spans)
+             for first, last in groups or [(0, e)]]
+    means_np = np.concatenate(parts, axis=1)
+    counts = [stop - start for start, stop in spans]
+    weights = np.asarray(counts, dtype=float)[:, None]
     used = weights.sum()
     mean = (weights * means_np).sum(axis=0) / used
     with np.errstate(invalid="ignore", divide="ignore"):
         variance = (weights * (means_np - mean) ** 2).sum(axis=0) / (len(counts) - 1)  # per example
         se = np.sqrt(variance / used * (1 - used / n))
     return mean, np.where(used >= n, 0.0, se)
+
+
+def _batch_means(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, order: Tensor,
+                 spans: list[tuple[int, int]]) -> np.ndarray:
+    """Mean loss [batches, E] of every instance on the examples order[:, start:stop] of each span."""
+    e = tokens.shape[0]
+    instance = torch.arange(e, device=tokens.device)
+    means = []
+    for start, stop in spans:
+        index = order[:, start:stop]
+        means.append(_checked_loss(loss_fn(model, _gather(tokens, instance, index),
+                                           _gather(targets, instance, index)), e).double().cpu().numpy())
+    return np.stack(means)
 
 
 def _checked_loss(loss: Tensor, rows: int) -> Tensor:
@@ -346,19 +378,24 @@ def _check_inputs(model: nn.Module, tokens: Tensor, targets: Tensor, settings: S
 
 def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
             nbeta: float, mask: Tensor | None, generators: tuple[torch.Generator, torch.Generator],
-            progress: bool, desc: str) -> tuple[Tensor, Tensor, Tensor]:
-    """Run every chain of every instance; returns the draw losses [E·C, draws] (NaN once a chain
-    died), the step at which each chain's loss first became non-finite [E·C] (-1: never) and each
-    chain's mean MALA acceptance over the steps after burn-in [E·C] (NaN: none scored)."""
+            progress: bool, desc: str, instances: tuple[int, int] | None = None,
+            drawn: tuple[int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Run every chain of every instance (or of those in [start, stop) of `instances`, whose pools
+    `tokens`, `targets` are); returns the draw losses [E·C, draws] (NaN once a chain died), the step at
+    which each chain's loss first became non-finite [E·C] (-1: never) and each chain's mean MALA
+    acceptance over the steps after burn-in [E·C] (NaN: none scored). `drawn` (rows, first): the
+    generators serve `rows` rows, of which these are rows first … (see `sgld_step`)."""
     batch_gen, noise_gen = generators
     chains = settings.chains
-    sampler_model = replicate(model, chains)
+    sampler_model = replicate(model, chains, instances)
     flat = sampler_model.flat
     rows = flat.data.shape[0]
     anchor = flat.data.clone()
     device = flat.data.device
     instance = torch.arange(rows, device=tokens.device) // chains
-    sampler = PoolSampler(rows, tokens.shape[1], settings.batch_size, batch_gen, tokens.device)
+    total, first = drawn or (rows, 0)
+    sampler = PoolSampler(total, tokens.shape[1], settings.batch_size, batch_gen, tokens.device,
+                          keep=slice(first, first + rows))
     mask = None if mask is None else mask.to(device, flat.data.dtype)
     trace = torch.full((rows, settings.draws), math.nan, dtype=flat.data.dtype, device=device)
     live = torch.ones(rows, dtype=torch.bool, device=device)
@@ -383,7 +420,7 @@ def _sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, 
                 trace[:, after // settings.steps_between_draws] = torch.where(live, loss, math.nan)
             if after >= 0:
                 mala.score(loss, live)
-            sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live)
+            sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live, drawn)
     return trace, died, mala.mean()
 
 
@@ -469,7 +506,7 @@ class LLCResult:
 def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                  settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
                  desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
-                 precision: str = "fp32") -> LLCResult:
+                 precision: str = "fp32", max_rows: int | None = None) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see the module docstring).
 
@@ -490,18 +527,20 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     the E-instance model and shared by its chains; `init_loss` passes them in when several masks share
     one w*. Same settings and seed give identical numbers; only explicit generators are used.
     `precision` (fp32, tf32, bf16 or auto; `headway.compute`) is that of every loss evaluation,
-    L(w*) included; weights, noise and losses stay float32.
+    L(w*) included; weights, noise and losses stay float32. At most `max_rows` of the E·C rows are
+    sampled at once (default: what the device is measured to hold, `instance_groups`): the instances
+    then run in groups, all chains of each together, with the numbers of one batch.
     """
     model, loss_fn, tokens, targets, trainable = _prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
         mask = trainable if mask is None else mask.to(trainable) * trainable
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
     device = model.flat.data.device
-    init_gen, batch_gen, noise_gen = _generators(settings.seed, device)
-    init, init_se = _init_loss(model, loss_fn, tokens, targets, settings, init_gen) if init_loss is None \
+    groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, mask, precision)
+    init_gen = _generators(settings.seed, device)[0]
+    init, init_se = _init_loss(model, loss_fn, tokens, targets, settings, init_gen, groups) if init_loss is None \
         else (np.asarray(init_loss[0], dtype=float), np.asarray(init_loss[1], dtype=float))
-    trace, died, accept = _sample(model, loss_fn, tokens, targets, settings, nbeta, mask, (batch_gen, noise_gen),
-                                  progress, desc)
+    trace, died, accept = _sample_groups(model, loss_fn, tokens, targets, settings, nbeta, mask, groups, progress, desc)
     e, c = model.flat.data.shape[0], settings.chains
     trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
     per_chain = nbeta * (trace.mean(axis=2) - init[:, None])
@@ -517,11 +556,100 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
 
 
 def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
-                settings: SGLDSettings, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+                settings: SGLDSettings, precision: str = "fp32", max_rows: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs,
     seed and precision): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
     model, loss_fn, tokens, targets, _ = _prepared(model, loss_fn, tokens, targets, settings, None, precision)
-    return _init_loss(model, loss_fn, tokens, targets, settings, _generators(settings.seed, model.flat.data.device)[0])
+    groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, None, precision)
+    return _init_loss(model, loss_fn, tokens, targets, settings, _generators(settings.seed, model.flat.data.device)[0],
+                      groups)
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+MEASURE_ABOVE = 0.25  # measure the sampler only when a rough estimate of all rows reaches this share of the budget
+_footprints: dict[tuple, Footprint] = {}
+
+
+def instance_groups(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                    max_rows: int | None, mask: Tensor | None = None, precision: str = "fp32") -> list[tuple[int, int]]:
+    """The [start, stop) instance ranges sampled one after another: groups of balanced sizes with at most
+    `max_rows` rows (instances × chains) each; with `max_rows` None, as many instances as the device is
+    measured to hold (`sampling_footprint`, taken only when `rough_bytes` of all rows is not plainly small)."""
+    e, chains = model.flat.data.shape[0], settings.chains
+    if max_rows is not None:
+        max_rows = check_int("max_rows", max_rows, 1)
+        if max_rows < chains:
+            raise ConfigError(f"max_rows = {max_rows} is fewer than the {chains} chains of one instance; a group "
+                              f"samples every chain of its instances, so use max_rows >= {chains}")
+        most = max_rows // chains
+    else:
+        most = e if e == 1 else _instances_that_fit(model, loss_fn, tokens, targets, settings, mask, precision)
+    sizes = balanced_sizes(e, most)
+    starts = np.cumsum([0, *sizes]).tolist()
+    return list(zip(starts[:-1], starts[1:]))
+
+
+def _instances_that_fit(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                        mask: Tensor | None, precision: str) -> int:
+    """How many instances (with all their chains) the device holds at once; all of them when plainly all fit,
+    or when the model's activations cannot be estimated and the device is the CPU."""
+    e, device = model.flat.data.shape[0], model.flat.data.device
+    budget = memory_budget(device)
+    rough = rough_bytes(model, settings.batch_size, e * settings.chains)
+    if (rough is None and device.type != "cuda") or (rough is not None and rough < MEASURE_ABOVE * budget):
+        return e
+    footprint = sampling_footprint(model, loss_fn, tokens, targets, settings, mask, precision)
+    return min(e, max(1, footprint.capacity(budget)))
+
+
+def rough_bytes(model: nn.Module, batch_size: int, rows: int) -> int | None:
+    """A rough peak of sampling `rows` rows of a headway transformer (None for other models): ten float32
+    copies of the weights (weights, anchor, gradient, noise, MALA's) and the activations the backward pass
+    keeps per token (as `headway.runs.cost.training_memory` counts them)."""
+    cfg, n_ctx, d_out = getattr(model, "cfg", None), getattr(model, "n_ctx", None), getattr(model, "d_out", None)
+    if n_ctx is None or d_out is None or not all(hasattr(cfg, name) for name in ("layers", "d_model", "heads",
+                                                                                "head_dim", "mlp_dim")):
+        return None
+    d, h, dh, mlp = cfg.d_model, cfg.heads, cfg.head_dim, cfg.mlp_dim
+    kept = cfg.layers * (4 * d + 4 * h * dh + 3 * h * n_ctx + 3 * mlp) + 3 * d_out
+    return 4 * rows * (10 * model.flat.data.shape[1] + batch_size * n_ctx * kept)
+
+
+def sampling_footprint(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                       mask: Tensor | None = None, precision: str = "fp32") -> Footprint:
+    """Measured peak bytes of one SGLD step of k instances × C chains, as base + per_instance·k, from k = 1
+    and 2 (needs two instances); cached per weight layout, example shape, batch, chains, precision and device."""
+    device = model.flat.data.device
+    key = (type(model).__name__, tuple(model.flat.names), model.flat.data.shape[1], tuple(tokens.shape[2:]),
+           tuple(targets.shape[2:]), settings.batch_size, settings.chains, mask is None, precision, str(device))
+    if key not in _footprints:
+        probe = replace(settings, burnin=0, draws=1, steps_between_draws=1)
+        nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
+
+        def step(k: int) -> None:
+            _sample(model, loss_fn, tokens[:k], targets[:k], probe, nbeta, mask,
+                    _generators(probe.seed, device)[1:], False, "", instances=(0, k))
+
+        _footprints[key] = fit_footprint([1, 2], [peak_bytes(lambda k=k: step(k), device) for k in (1, 2)])
+    return _footprints[key]
+
+
+def _sample_groups(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                   nbeta: float, mask: Tensor | None, groups: list[tuple[int, int]], progress: bool,
+                   desc: str) -> tuple[Tensor, Tensor, Tensor]:
+    """`_sample` of each instance group in turn, every group on fresh copies of the run's generators, joined."""
+    device, chains = model.flat.data.device, settings.chains
+    if len(groups) == 1:
+        return _sample(model, loss_fn, tokens, targets, settings, nbeta, mask, _generators(settings.seed, device)[1:],
+                       progress, desc)
+    rows = model.flat.data.shape[0] * chains
+    parts = [_sample(model, loss_fn, tokens[start:stop], targets[start:stop], settings, nbeta, mask,
+                     _generators(settings.seed, device)[1:], progress, f"{desc} {i + 1}/{len(groups)}",
+                     instances=(start, stop), drawn=(rows, start * chains))
+             for i, (start, stop) in enumerate(groups)]
+    return tuple(torch.cat(part) for part in zip(*parts))
 
 
 def _prepared(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,

@@ -62,7 +62,8 @@ def study_command(cls: type[Study]) -> click.Command:
     kinds = field_types(cls.plan_class)
     run_kinds = setting_types() | _run_types()
 
-    def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, **given: str | None) -> None:
+    def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, max_ensemble: int | None,
+                **given: str | None) -> None:
         executor = pop_executor(given)
         compute = pop_compute(given)
         deadline = pop_deadline(given)
@@ -73,12 +74,12 @@ def study_command(cls: type[Study]) -> click.Command:
                     for name, text in given.items() if text is not None and name in cls.run_settings}
         plan = dataclasses.replace(plan, **overrides).with_settings(**settings)  # None is a value here
         if dry_run:
-            _describe(plan)
+            _describe(plan, max_ensemble)
             return
         click.echo(f"study {cls.name}, scale {scale}: {len(plan.runs())} runs into {out}", err=True)
         executor.prepare(device)
         report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
-                     deadline=deadline).run()
+                     deadline=deadline, max_ensemble=max_ensemble).run()
         click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")
 
     params = [
@@ -98,6 +99,8 @@ def study_command(cls: type[Study]) -> click.Command:
     params += [
         click.Option(["--dry-run"], is_flag=True, help="Print the grid, its ensembles and its training cost; train nothing."),
         click.Option(["--progress/--no-progress"], default=True, help="Progress bars on a terminal."),
+        click.Option(["--max-ensemble"], type=int, default=None, metavar="N",
+                     help="At most N runs per new ensemble [default: as many as the device is measured to hold]."),
     ]
     renamed = {option_flag(field.metadata["was"] or field.name): option_flag(name)
                for name, field in fields.items() if (field.metadata["was"] or field.name) != name}
@@ -112,17 +115,21 @@ def _run_types() -> dict[str, type]:
     return {**field_types(ModelConfig), **field_types(TrainConfig)}
 
 
-def _describe(plan: Plan) -> None:
-    """Runs, ensembles and approximate training FLOPs of each grid of `plan`, and the plan's own notes."""
+def _describe(plan: Plan, max_ensemble: int | None = None) -> None:
+    """Runs, ensembles (at most `max_ensemble` runs each when given) and approximate training FLOPs of each
+    grid of `plan`, and the plan's own notes."""
     from headway.runs.config import group_runs
     from headway.runs.cost import training_flops
+    from headway.train.capacity import ensemble_limit
+
+    limit = ensemble_limit(None, max_ensemble)
 
     for name, runs in plan.grids().items():
         if not runs:
             click.echo(f"{name}: not run")
             continue
         flops = sum(training_flops(run) for run in runs)
-        click.echo(f"{name}: {len(runs)} runs in {len(group_runs(runs))} ensemble(s), about {flops:.2e} training "
+        click.echo(f"{name}: {len(runs)} runs in {len(group_runs(runs, limit))} ensemble(s), about {flops:.2e} training "
                    f"FLOPs ({flops / 1e14 / 3600:.2f} h at 100 TFLOP/s sustained)")
     for line in plan.describe():
         click.echo(line)

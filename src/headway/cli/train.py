@@ -35,12 +35,15 @@ def _task_help() -> str:
                                             "docs/cli.md; default: its first, e.g. the paper's recipe).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
+@click.option("--max-ensemble", type=int, default=None, metavar="N",
+              help="At most N runs per new ensemble [default: as many as the device is measured to hold].")
 @executor_options
 @compute_options
 @time_limit_options
 @sweep_options(SETTINGS, _help)
 @renamed_options({"--seeds": "--seed (a comma list or A..B sweeps it)"})
-def train(out: Path, task: str, scale: str | None, device: str, progress: bool, **settings: str | None) -> None:
+def train(out: Path, task: str, scale: str | None, device: str, progress: bool, max_ensemble: int | None,
+          **settings: str | None) -> None:
     """Train a task. Every setting takes a comma list; the grid is their product.
 
     Example: headway train --scale cpu --layers 1,2 --hops 1,2 --seed 0..3 --out runs/depth
@@ -52,8 +55,10 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     from headway.cli.show import summary_table
     from headway.runs.config import expand_grid
     from headway.runs.store import load_summary
+    from headway.train.capacity import check_max_ensemble
     from headway.train.sweep import train_runs
 
+    check_max_ensemble(max_ensemble)
     executor = pop_executor(settings)
     compute = pop_compute(settings)
     deadline = pop_deadline(settings)
@@ -62,5 +67,6 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)
-    train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute, deadline=deadline)
+    train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute,
+               deadline=deadline, max_ensemble=max_ensemble)
     click.echo(summary_table(load_summary(out)))

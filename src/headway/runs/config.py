@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from headway.errors import ConfigError
+from headway.execution.memory import balanced_sizes
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import check_int
@@ -89,10 +91,13 @@ def _digest(data: dict[str, Any]) -> str:
     return hashlib.sha1(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def group_runs(runs: list[RunConfig]) -> dict[str, list[RunConfig]]:
+def group_runs(runs: list[RunConfig],
+               limit: Callable[[list[RunConfig]], int | None] | None = None) -> dict[str, list[RunConfig]]:
     """Pack runs into ensembles by shape. Members are ordered by (seed, data_seed, lr, weight_decay)
     and the directory name hashes the shape and the member runs, so the same set of runs always
-    gives the same ensemble, whatever order the grid listed them in."""
+    gives the same ensemble, whatever order the grid listed them in. `limit(members)` may cap the
+    size of a shape's ensemble (None: no cap): a larger group is cut, in that order, into the fewest
+    ensembles of balanced sizes, each named the same way from its own members."""
     ids = [run.run_id for run in runs]
     if len(set(ids)) != len(ids):
         raise ConfigError("the grid repeats a run; every run must differ in some setting (e.g. seed)")
@@ -102,10 +107,24 @@ def group_runs(runs: list[RunConfig]) -> dict[str, list[RunConfig]]:
     groups = {}
     for members in by_shape.values():
         members.sort(key=lambda r: (r.seed, r.data_seed, r.train.lr, r.train.weight_decay, r.run_id))
-        first = members[0]
-        digest = _digest({"shape": first.ensemble_key(), "runs": [m.run_id for m in members]})
-        groups[f"L{first.model.layers}-S{first.task.n_ctx}-{digest[:8]}"] = members
+        for part in _cut(members, limit(members) if limit else None):
+            groups[ensemble_name(part)] = part
     return groups
+
+
+def ensemble_name(members: list[RunConfig]) -> str:
+    """The directory name of an ensemble of `members` (in their order): layers, context and a hash."""
+    first = members[0]
+    digest = _digest({"shape": first.ensemble_key(), "runs": [m.run_id for m in members]})
+    return f"L{first.model.layers}-S{first.task.n_ctx}-{digest[:8]}"
+
+
+def _cut(members: list[RunConfig], most: int | None) -> list[list[RunConfig]]:
+    """`members` in consecutive parts of at most `most` (balanced sizes, larger first); whole when it fits."""
+    if most is None or len(members) <= most:
+        return [members]
+    sizes = balanced_sizes(len(members), most)
+    return [members[sum(sizes[:i]) : sum(sizes[: i + 1])] for i in range(len(sizes))]
 
 
 def expand_grid(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[RunConfig]:

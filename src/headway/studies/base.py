@@ -106,11 +106,14 @@ class Study(ABC):
 
     def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True,
                  executor: Executor | None = None, compute: ComputeSettings | None = None,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, max_ensemble: int | None = None) -> None:
+        from headway.train.capacity import check_max_ensemble
+
         self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
         self.executor = executor or LocalExecutor()
         self.compute = compute or ComputeSettings()  # precision and compilation of training and LLC sampling
         self.deadline = deadline  # time.time() after which training stops (saved) and no analysis starts
+        self.max_ensemble = check_max_ensemble(max_ensemble)  # runs per new ensemble; None: the measured capacity
 
     # --- what a study defines -----------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class Study(ABC):
         runs = self.plan.runs()
         started = time.perf_counter()
         metrics = train_runs(runs, self.out / RUNS, device=self.device, progress=self.progress, executor=self.executor,
-                             compute=self.compute, deadline=self.deadline)
+                             compute=self.compute, deadline=self.deadline, max_ensemble=self.max_ensemble)
         trained = time.perf_counter()
         wanted = {run.run_id for run in runs}
         ensembles = [d for d in layout.ensemble_dirs(self.out / RUNS) if {r.run_id for r in load_runs(d)} & wanted]
