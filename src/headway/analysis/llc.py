@@ -13,7 +13,8 @@ No Python loop runs over chains or instances while sampling.
 Memory: when E·C rows would not fit the device (`max_rows`, or measured: `instance_groups`), the
 instances run in groups, each with all its C chains, one group after another. Every group replays the
 random streams of the whole run and keeps its own rows of them (`PoolSampler(keep=...)`,
-`sgld_step(drawn=...)`), so the numbers are those of the one-batch run; the price is drawing every
+`sgld_step(drawn=...)`), so the numbers are those of the one-batch run (bit for bit on the CPU; on a GPU
+the matrix kernels picked for fewer rows may round differently); the price is drawing every
 row's minibatch keys and noise once per group (the noise is [E·C, P] floats for one step, small next
 to the activations that forced the split).
 
