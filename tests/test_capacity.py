@@ -14,7 +14,8 @@ from conftest import tiny_run
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, instance_groups, sampling_footprint
 from headway.cli.main import main
 from headway.errors import ConfigError, TimeLimitReached
-from headway.execution.memory import LiveTensorBytes, balanced_sizes, fit_footprint, peak_bytes
+from headway.execution.memory import LiveTensorBytes, fit_footprint, peak_bytes
+from headway.execution.sizes import balanced_sizes
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs.config import group_runs

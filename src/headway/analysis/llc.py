@@ -47,7 +47,8 @@ from tqdm.auto import tqdm
 
 from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, error_line, plain_layout
 from headway.errors import ConfigError
-from headway.execution.memory import Footprint, balanced_sizes, fit_footprint, memory_budget, peak_bytes
+from headway.execution.memory import Footprint, fit_footprint, memory_budget, peak_bytes
+from headway.execution.sizes import balanced_sizes
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
 from headway.compute import ComputeSettings, at_precision

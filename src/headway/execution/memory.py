@@ -60,15 +60,6 @@ def fit_footprint(sizes: list[int], peaks: list[int]) -> Footprint:
     return Footprint(max(0, round(mean_y - per_item * mean_x)), per_item)
 
 
-def balanced_sizes(total: int, most: int) -> list[int]:
-    """Split `total` items into the fewest groups of at most `most`, sizes as equal as possible, larger first."""
-    if most < 1:
-        raise ConfigError(f"a group must hold at least one item, not {most}")
-    groups = -(-total // most)
-    small, extra = divmod(total, groups) if groups else (0, 0)
-    return [small + 1] * extra + [small] * (groups - extra)
-
-
 def available_ram() -> int:
     """Bytes of RAM the machine can still give without swapping (/proc/meminfo MemAvailable, else free pages)."""
     meminfo = Path("/proc/meminfo")

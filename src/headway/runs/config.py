@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from headway.errors import ConfigError
-from headway.execution.memory import balanced_sizes
+from headway.execution.sizes import balanced_sizes
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import check_int
