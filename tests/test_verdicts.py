@@ -234,7 +234,7 @@ def gpu_design(rng: np.random.Generator, share: dict[str, float] | None = None) 
 
 
 def test_the_gap_test_keeps_its_level_under_the_null_at_gpu_scale():
-    """Modes independent of δ̄ in the gpu grid (9 data values × 2 weight decays × 24 seeds): the old test
+    """Modes independent of δ̄ in the gpu grid (8 data values × 2 weight decays × 24 seeds): the old test
     (largest of many contrasts, uncorrected Fisher test) said "reproduced" in 49–60% of such studies."""
     rng, studies = np.random.default_rng(7), 400
     found = [gap_test(gpu_design(rng), rng, permutations=199)["p_value"] < SIGNIFICANT for _ in range(studies)]

@@ -107,16 +107,16 @@ def data_label(run: RunConfig) -> str:
 
 
 def gpu_plan() -> SortingPlan:
-    """The `gpu` scale: the recipe (batch 512, 20k steps) over a δ̄ grid of 1–4.5 in steps of 0.5 and the
+    """The `gpu` scale: the recipe (batch 512, 20k steps) over a δ̄ grid of 1.5–4.5 in steps of 0.5 and the
     default lists, both weight decays, 24 seeds per cell (the gap test's power; the CPU run's 3 seeds gave
     0.00), the LLC over training of seeds 0–11 at both weight decays (whole model and each head) at every
     saved checkpoint, with the CPU calibration's ε 1.5e-6 at batch 512 over the sampling time of the former
-    ε 3e-6 × 400 steps (800 steps). 24 seeds rather than more because the 432 runs train as one ensemble of
-    about 52 GiB (`training_memory`). Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an assumption) to about
+    ε 3e-6 × 400 steps (800 steps). 24 seeds rather than more because the 384 runs train as one ensemble of
+    about 46 GiB (`training_memory`). Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an assumption) to about
     15 minutes with the analysis (`gpu_projection`, docs/study-sorting.md)."""
     sgld = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=8, draws=400, burnin=400, batch_size=512,
                         init_loss_batches=None, init_batch_size=4096)
-    return SortingPlan("gpu", data=(UNIFORM, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
+    return SortingPlan("gpu", data=(UNIFORM, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
                        seeds=tuple(range(24)), settings=scale_settings("paper", "sorting"), sgld=sgld,
                        development_seeds=tuple(range(12)), examples=10_000)
 
