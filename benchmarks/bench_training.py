@@ -33,15 +33,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import inspect
 import platform
 import statistics
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch._dynamo
@@ -49,19 +47,13 @@ from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
+from headway.compute import COMPILE_MODES, PRECISIONS, Compiled, ComputeSettings
 from headway.runs.config import RunConfig
 from headway.train.data import EnsembleData
 from headway.train.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
 from plain_model import PlainTransformer, decay_groups, from_instance, mse_readout_loss
 
-try:  # precision and compilation settings of the trainer (absent in older versions of headway)
-    from headway.compute import ComputeSettings
-except ImportError:
-    try:
-        from headway.train.compute import ComputeSettings
-    except ImportError:
-        ComputeSettings = None
 
 SHAPES = {
     # The paper's model (8 heads, width 128, batch 512) on D=4, K=4 retrieval, 2 layers.
@@ -130,58 +122,20 @@ def measure_peaks(device: torch.device, precision: str) -> dict[str, float]:
     return peaks
 
 
-def trainer_takes_compute() -> bool:
-    """Whether this headway's trainer accepts `compute=ComputeSettings(...)`."""
-    return ComputeSettings is not None and "compute" in inspect.signature(EnsembleTrainer.__init__).parameters
-
-
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """The precision every way runs at: the trainer's resolution of `requested`, or fp32 for a trainer
-    without precision settings (which always trains in float32)."""
-    if not trainer_takes_compute():
-        if requested not in ("auto", "fp32"):
-            warnings.warn(f"this headway trainer has no precision setting; --precision {requested} is ignored "
-                          "and every way runs in float32", RuntimeWarning, stacklevel=2)
-        return "fp32"
-    return ComputeSettings(precision=requested).resolved_precision(device)
-
-
 def runs_for(settings: dict, size: int) -> list[RunConfig]:
     """`size` runs of one benchmark shape, seeds 0..size-1 (one shared data pool)."""
     return [RunConfig.from_flat({**settings, **POOL, "seed": seed}) for seed in range(size)]
 
 
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The precision every way runs at: headway's resolution of `requested` on `device`."""
+    return ComputeSettings(precision=requested).resolved_precision(device)
+
+
 def make_trainer(runs: list[RunConfig], device: torch.device, precision: str, compile_mode: str) -> EnsembleTrainer:
-    """A headway trainer for `runs`, given the compute settings where this trainer takes them."""
-    extra: dict[str, Any] = {}
-    if trainer_takes_compute():
-        extra["compute"] = ComputeSettings(precision=precision, compile=compile_mode)
-    return EnsembleTrainer(runs, RUN_DIR, device, progress=False, **extra)
-
-
-class FirstCallFallback:
-    """`torch.compile(fn)`, run eagerly instead (with a warning) if compiling or its first call fails."""
-
-    def __init__(self, fn: Callable[..., Any], what: str) -> None:
-        self.fn, self.what = fn, what
-        self.compiled: Callable[..., Any] | None = torch.compile(fn)
-        self.proven = False
-
-    def __call__(self, *args: Any) -> Any:
-        """The compiled function's result (or the eager one's after a failed first call)."""
-        if self.compiled is None:
-            return self.fn(*args)
-        if self.proven:
-            return self.compiled(*args)
-        try:
-            out = self.compiled(*args)
-        except Exception as err:  # noqa: BLE001 - any compiler failure: measure eagerly
-            warnings.warn(f"compiling the {self.what} failed ({type(err).__name__}); running it eagerly",
-                          RuntimeWarning, stacklevel=2)
-            self.compiled = None
-            return self.fn(*args)
-        self.proven = True
-        return out
+    """A headway trainer for `runs` with the given compute settings."""
+    return EnsembleTrainer(runs, RUN_DIR, device, progress=False,
+                           compute=ComputeSettings(precision=precision, compile=compile_mode))
 
 
 class Way:
@@ -249,7 +203,7 @@ class PlainLoop(Way):
         self.models, self.data, self.precision, self.device = models, data, precision, device
         self.vocab, self.positions = run.task.vocab, run.task.train_readout_positions
         self.optims = [adamw(decay_groups(m.named_parameters(), run.train.weight_decay), run) for m in models]
-        self.loss_fn = FirstCallFallback(self.model_loss, "plain loss") if compiled else self.model_loss
+        self.loss_fn = Compiled(self.model_loss, "plain loss") if compiled else self.model_loss
 
     def model_loss(self, model: PlainTransformer, tokens: Tensor, targets: Tensor) -> Tensor:
         """One model's mean loss on its batch (tokens [B, pos(, slots)], targets [B, T])."""
@@ -289,7 +243,7 @@ class FuncEnsemble(Way):
         # stacked weight matrices have 3 or more dims (the instance axis first)
         self.optim = adamw(decay_groups(self.params, run.train.weight_decay, matrix_dim=3), run)
         batched = vmap(self.one_loss)
-        self.batched = FirstCallFallback(batched, "vmapped loss") if compiled else batched
+        self.batched = Compiled(batched, "vmapped loss") if compiled else batched
         self.notes: set[str] = set()  # torch's warnings of the first step (e.g. ops vmap runs as a loop)
         self.first = True
 
@@ -466,11 +420,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ways", default=",".join(WAYS),
                         help="comma list of ways: headway (ensemble trainer), plain (E torch models and AdamWs "
                              "one after another), func (torch.func stack_module_state + vmap, one AdamW)")
-    parser.add_argument("--precision", choices=("auto", "fp32", "tf32", "bf16"), default="auto",
-                        help="headway's ComputeSettings precision where the trainer has it (else float32); the "
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto",
+                        help="headway's ComputeSettings precision; the "
                              "plain and func ways run at the same resolved precision (bf16: torch.autocast)")
-    parser.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
-                        help="headway's ComputeSettings compile mode where the trainer has it (else eager)")
+    parser.add_argument("--compile", choices=COMPILE_MODES, default="auto",
+                        help="headway's ComputeSettings compile mode (graphs: CUDA graphs too, CUDA only)")
     parser.add_argument("--compile-baselines", action="store_true",
                         help="also torch.compile the plain and func ways' forward and loss (else they run eagerly)")
     parser.add_argument("--plain-last-only", action="store_true",
@@ -508,12 +462,8 @@ def main(argv: list[str] | None = None) -> None:
     peak = peaks[precision]
     where = (torch.cuda.get_device_name(device) if device.type == "cuda"
              else f"{platform.processor() or platform.machine()}")
-    if trainer_takes_compute():
-        on = ComputeSettings(precision=args.precision, compile=args.compile).compiles(device)
-        compute = (f"ComputeSettings(precision={args.precision}, compile={args.compile}): "
-                   f"{'compiled' if on else 'eager'}")
-    else:
-        compute = "no ComputeSettings in this trainer: float32, eager"
+    mode = ComputeSettings(precision=args.precision, compile=args.compile).compile_mode(device)
+    compute = f"ComputeSettings(precision={args.precision}, compile={args.compile}): {mode or 'eager'}"
     print(f"device: {device} ({where}); torch {torch.__version__}; {torch.get_num_threads()} threads; matmul peak "
           + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items())
           + f"; precision {precision} for every way; headway {compute}; plain and func "

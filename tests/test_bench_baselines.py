@@ -102,8 +102,6 @@ def test_baselines_follow_the_precision_headway_resolves() -> None:
     """auto is float32 on the CPU; under bf16 the baselines run autocast and their losses stay close."""
     cpu = torch.device("cpu")
     assert bench_training.resolve_precision("auto", cpu) == "fp32"
-    if not bench_training.trainer_takes_compute():
-        pytest.skip("this headway trainer has no precision settings")
     ways = bench_training.build_ways(tiny_runs(2), cpu, ["headway", "plain", "func"], "bf16", "off")
     assert ways["plain"].precision == ways["func"].precision == "bf16"
     tokens, targets = ways["headway"].data.train_batch(0)
