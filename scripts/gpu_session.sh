@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# headway's GPU measurements, each step one command of under 10 minutes on one H100:
+#
+#   scripts/gpu_session.sh bench       training throughput: headway vs a plain loop vs torch.func (~8 min)
+#   scripts/gpu_session.sh llc         LLC sampling: headway vs devinterp 1.x (~3 min; needs devinterp)
+#   scripts/gpu_session.sh retrieval   the retrieval study at --scale gpu, one piece (exit 75: run it again)
+#   scripts/gpu_session.sh sorting     the sorting study at --scale gpu, likewise
+#
+# A second argument sets a study piece's minutes (default 9). Outputs go to $OUT (default ./gpu-out): the
+# benchmark tables, the GPU's name, each study's log and its folder packed without checkpoints and resume
+# states (results/<study>-gpu stays in place, so the next piece continues it). The machine's own torch is
+# used: headway is installed without dependencies and nothing is downloaded. A wheel directory .whl/ (e.g.
+# devinterp for `llc`) is installed first when present.
+set -uo pipefail
+
+step=${1:?usage: scripts/gpu_session.sh bench|llc|retrieval|sorting [minutes]}
+minutes=${2:-9}
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/headway-site .whl/*.whl || exit 1
+    export PYTHONPATH="/tmp/headway-site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$out/install.log" 2>&1 ||
+    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+headway() { python3 -c 'import sys; from headway.cli.main import main; sys.exit(main(sys.argv[1:]))' "$@"; }
+
+case "$step" in
+bench)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv >"$out/gpu.csv"
+    # bf16 and compiled (the GPU defaults) against eager bf16 baselines, then like for like (all compiled)
+    timeout 330 python3 benchmarks/bench_training.py --device cuda --shapes paper,cpu --ensemble-sizes 1,8,64 \
+        --rounds 3 --steps 20 2>&1 | tee "$out/bench_training.md"
+    timeout 150 python3 benchmarks/bench_training.py --device cuda --shapes paper --ensemble-sizes 64 \
+        --rounds 3 --steps 20 --compile-baselines 2>&1 | tee -a "$out/bench_training.md"
+    timeout 90 python3 benchmarks/bench_training.py --device cuda --shapes paper --ensemble-sizes 64 \
+        --rounds 3 --steps 20 --ways headway --compile graphs 2>&1 | tee -a "$out/bench_training.md"
+    ;;
+llc)
+    timeout 500 python3 benchmarks/bench_llc.py --device cuda --instances 8 --chains 8 --draws 200 \
+        --train-steps 1500 --repeats 3 --precision auto 2>&1 | tee "$out/bench_llc.md"
+    ;;
+retrieval | sorting)
+    folder="results/$step-gpu"
+    headway study "$step" --scale gpu --device cuda --time-limit "$minutes" --no-progress --out "$folder" \
+        2>&1 | tee -a "$out/$step.log"
+    status=${PIPESTATUS[0]}
+    tar --exclude=checkpoints --exclude=resume -czf "$out/$step-gpu.tgz" "$folder"
+    exit "$status"
+    ;;
+*)
+    echo "unknown step '$step'; choose bench, llc, retrieval or sorting" >&2
+    exit 2
+    ;;
+esac
