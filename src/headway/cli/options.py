@@ -151,12 +151,17 @@ def executor_params() -> list[click.Option]:
     ]
 
 
-def executor_options(func: Callable) -> Callable:
-    """Decorator adding the executor options (see `executor_params`)."""
-    params = getattr(func, "__click_params__", [])
-    params.extend(reversed(executor_params()))
-    func.__click_params__ = params
-    return func
+def options_decorator(make_params: Callable[[], list[click.Option]]) -> Callable[[Callable], Callable]:
+    """A decorator adding the options `make_params` builds to a click command function."""
+    def add(func: Callable) -> Callable:
+        params = getattr(func, "__click_params__", [])
+        params.extend(reversed(make_params()))
+        func.__click_params__ = params
+        return func
+    return add
+
+
+executor_options = options_decorator(executor_params)
 
 
 def pop_executor(values: dict[str, Any]) -> Executor:
@@ -178,12 +183,7 @@ def compute_params() -> list[click.Option]:
     ]
 
 
-def compute_options(func: Callable) -> Callable:
-    """Decorator adding the compute options (see `compute_params`)."""
-    params = getattr(func, "__click_params__", [])
-    params.extend(reversed(compute_params()))
-    func.__click_params__ = params
-    return func
+compute_options = options_decorator(compute_params)
 
 
 def pop_compute(values: dict[str, Any]) -> ComputeSettings:
@@ -198,12 +198,7 @@ def time_limit_params() -> list[click.Option]:
                               "starts, and the command exits with status 75; run it again to continue.")]
 
 
-def time_limit_options(func: Callable) -> Callable:
-    """Decorator adding `--time-limit` (see `time_limit_params`)."""
-    params = getattr(func, "__click_params__", [])
-    params.extend(time_limit_params())
-    func.__click_params__ = params
-    return func
+time_limit_options = options_decorator(time_limit_params)
 
 
 def pop_deadline(values: dict[str, Any]) -> float | None:
