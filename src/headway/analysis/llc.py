@@ -46,12 +46,13 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss, error_line, plain_layout
+from headway.compute import ComputeSettings, at_precision
 from headway.errors import ConfigError
+from headway.execution.allocator import keep_freed_memory
 from headway.execution.memory import Footprint, fit_footprint, memory_budget, peak_bytes
 from headway.execution.sizes import balanced_sizes
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import Settings, check_int, check_number, is_integer
-from headway.compute import ComputeSettings, at_precision
 
 LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
@@ -538,6 +539,8 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
         mask = trainable if mask is None else mask.to(trainable) * trainable
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
     device = model.flat.data.device
+    if device.type == "cpu":
+        keep_freed_memory()  # E·C rows of activations per step: fresh pages each step would cost the kernel's time
     groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, mask, precision)
     init_gen = _generators(settings.seed, device)[0]
     init, init_se = _init_loss(model, loss_fn, tokens, targets, settings, init_gen, groups) if init_loss is None \

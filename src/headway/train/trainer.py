@@ -23,7 +23,7 @@ from headway.runs.config import RunConfig
 from headway.runs.store import plain_value
 from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
-from headway.train.memory import keep_freed_memory
+from headway.execution.allocator import keep_freed_memory
 from headway.train.objective import evaluate, run_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
