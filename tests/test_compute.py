@@ -149,3 +149,22 @@ def test_llc_at_bf16_is_close_to_fp32(tmp_path):
     bf16 = estimate_llc(model, loss, tokens, targets, settings, precision="bf16")
     assert np.all(np.isfinite(bf16.llc_mean))
     assert bf16.llc_mean == pytest.approx(fp32.llc_mean, rel=0.01)  # measured: 0.03%
+
+
+def test_the_cli_trains_at_the_chosen_precision_and_refuses_what_the_device_cannot_do(tmp_path, capsys):
+    from headway.cli.main import main
+
+    train = ["train", "--scale", "cpu", "--steps", "4", "--eval-every", "2", "--train-size", "512",
+             "--val-size", "64", "--batch-size", "16", "--no-progress"]
+    assert main([*train, "--out", str(tmp_path / "bf16"), "--precision", "bf16", "--compile", "off"]) == 0
+    (summary,) = (tmp_path / "bf16").glob(f"*/{layout.SUMMARY}")
+    assert layout.read_json(summary)["precision"] == "bf16"
+    capsys.readouterr()
+    for option, value, message in [("--precision", "tf32", "precision = 'tf32' needs a CUDA device"),
+                                   ("--compile", "graphs", "compile = 'graphs' (CUDA graphs) needs a CUDA device")]:
+        out = tmp_path / value
+        assert main([*train, "--out", str(out), "--device", "cpu", option, value]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err and not out.exists()
+    assert main(["study", "sorting", "--out", str(tmp_path / "s"), "--device", "cpu", "--precision", "tf32"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err and not (tmp_path / "s").exists()

@@ -13,6 +13,7 @@ import click
 from headway.compute import COMPILE_MODES, PRECISIONS, ComputeSettings
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
+from headway.execution.devices import resolve_device
 from headway.tasks.retrieval.prompts.formulations import parse_formulations
 from headway.tasks.retrieval.prompts.questions import QuestionSet
 
@@ -189,6 +190,13 @@ compute_options = options_decorator(compute_params)
 def pop_compute(values: dict[str, Any]) -> ComputeSettings:
     """The compute settings the compute options in `values` describe (they are removed from `values`)."""
     return ComputeSettings(precision=values.pop("precision"), compile=values.pop("compile"))
+
+
+def check_compute(compute: ComputeSettings, executor: Executor, device: str) -> None:
+    """Refuse, before anything runs, compute settings the device cannot take (tf32 or CUDA graphs on a
+    CPU); under a cluster executor each worker resolves its own device, so nothing is checked here."""
+    if executor.name == "local":
+        compute.describe(resolve_device(device))
 
 
 def time_limit_params() -> list[click.Option]:

@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
-from headway.cli.options import (compute_params, executor_params, option_flag, parse_value, parse_values, pop_compute,
-                                 pop_deadline, pop_executor, renamed_options, time_limit_params)
+from headway.cli.options import (check_compute, compute_params, executor_params, option_flag, parse_value,
+                                 parse_values, pop_compute, pop_deadline, pop_executor, renamed_options,
+                                 time_limit_params)
 from headway.settings import field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
@@ -78,6 +79,7 @@ def study_command(cls: type[Study]) -> click.Command:
             return
         click.echo(f"study {cls.name}, scale {scale}: {len(plan.runs())} runs into {out}", err=True)
         executor.prepare(device)
+        check_compute(compute, executor, device)
         report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
                      deadline=deadline, max_ensemble=max_ensemble).run()
         click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")

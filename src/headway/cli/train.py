@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import (compute_options, executor_options, parse_values, pop_compute, pop_deadline,
-                                 pop_executor, renamed_options, sweep_options, time_limit_options)
+from headway.cli.options import (check_compute, compute_options, executor_options, parse_values, pop_compute,
+                                 pop_deadline, pop_executor, renamed_options, sweep_options, time_limit_options)
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import field_types
@@ -63,6 +63,7 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     compute = pop_compute(settings)
     deadline = pop_deadline(settings)
     executor.prepare(device)
+    check_compute(compute, executor, device)
     base = scale_settings(scale, task)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
