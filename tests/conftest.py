@@ -19,3 +19,15 @@ def tiny_run(**overrides) -> RunConfig:
 @pytest.fixture
 def tiny():
     return tiny_run
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Torch on one thread for a module of tiny models: many tiny ops, which a second thread (on a
+    machine shared with other jobs) only slows down. Use with `pytest.mark.usefixtures("one_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

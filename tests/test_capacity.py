@@ -25,12 +25,7 @@ from headway.train.sweep import train_runs, training_jobs
 from headway.train.trainer import EnsembleTrainer
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 # --- measuring --------------------------------------------------------------------------------

@@ -34,12 +34,7 @@ TINY = {"task": "sorting", "length": 6, "values": 21, "layers": 1, "heads": 2, "
         "checkpoint_every": 10, "log_checkpoints": 3, "weight_decay": 0.005}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 def _noise(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:

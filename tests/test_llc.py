@@ -85,14 +85,7 @@ def ce_last(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> to
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape).mean(1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tests run many tiny ops, which a second thread only slows down (and more so on a shared
-    machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 @pytest.fixture(scope="module")

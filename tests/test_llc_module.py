@@ -18,12 +18,7 @@ from headway.analysis.module_ensemble import ModuleEnsemble, ensemble_loss
 from headway.errors import ConfigError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 def mean_ce(model, x, y):

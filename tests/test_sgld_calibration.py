@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-import torch
 
 from headway.analysis.llc import SGLDSettings
 from headway.analysis.sgld_calibration import calibrate_sgld, calibration_grid, choose_setting, judge_calibration
@@ -14,12 +13,7 @@ COLUMNS = ["lr", "batch_size", "localization", "burnin", "draws", "instance", "l
            "n_warnings", "warnings", "lr_change", "batch_change", "stable", "accepted"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 def test_grid_keeps_the_sampling_time_of_the_base_settings():

@@ -40,13 +40,7 @@ TINY = SortingConfig(length=4, values=12)
 V = TASK.values
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: one thread is several times faster than two when other jobs share the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 
 def _diagonal(numbers, sign: float = 1.0, size: int = V) -> torch.Tensor:
