@@ -88,17 +88,44 @@ def test_compiled_training_matches_eager_within_tolerance(tmp_path):
         assert torch.allclose(final_weights(tmp_path / "compiled")[name], tensor, atol=1e-5, rtol=1e-4), name
 
 
-def test_a_failed_compile_falls_back_to_eager_with_a_warning(monkeypatch):
+@pytest.mark.parametrize("fails_on_call", [1, 2, 3])
+def test_a_compile_failing_in_its_first_calls_falls_back_to_eager_with_a_warning(monkeypatch, fails_on_call):
     def broken(fn, **kwargs):
+        calls = []
+
         def call(*args):
-            raise RuntimeError("no compiler here")
+            calls.append(1)
+            if len(calls) == fails_on_call:  # e.g. CUDA graphs are recorded on a later call than the first
+                raise RuntimeError("no compiler here")
+            return fn(*args)
         return call
 
     monkeypatch.setattr(torch, "compile", broken)
     step = Compiled(lambda x: x * 2, "test step")
+    for value in range(1, fails_on_call):
+        assert step(torch.tensor(float(value))) == 2 * value and step.is_compiled
     with pytest.warns(RuntimeWarning, match="compiling the test step failed .*no compiler here"):
         assert step(torch.tensor(3.0)) == 6.0
     assert not step.is_compiled and step(torch.tensor(4.0)) == 8.0
+
+
+def test_a_compiled_step_failing_after_its_trial_calls_raises(monkeypatch):
+    def late(fn, **kwargs):
+        calls = []
+
+        def call(*args):
+            calls.append(1)
+            if len(calls) > Compiled.TRIAL_CALLS:
+                raise RuntimeError("a real error")
+            return fn(*args)
+        return call
+
+    monkeypatch.setattr(torch, "compile", late)
+    step = Compiled(lambda x: x * 2, "test step")
+    for _ in range(Compiled.TRIAL_CALLS):
+        step(torch.tensor(1.0))
+    with pytest.raises(RuntimeError, match="a real error"):
+        step(torch.tensor(1.0))
 
 
 def old_batch_indices(pool_size: int, batch_size: int, seed: int, step: int) -> np.ndarray:

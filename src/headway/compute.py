@@ -82,8 +82,11 @@ def precision_context(precision: str, device: torch.device) -> Iterator[None]:
 
 class Compiled:
     """`fn` compiled by `torch.compile` in `mode`, falling back to `fn` itself (with a warning) when
-    compiling or the first compiled call fails; later failures are real errors and propagate. Calls
-    with a new shape compile again (a same-shaped new model reuses the compiled graph)."""
+    compiling or one of the first `TRIAL_CALLS` compiled calls fails (CUDA graphs are warmed up and
+    recorded over the first calls, not the first alone); later failures are real errors and
+    propagate. Calls with a new shape compile again (a same-shaped new model reuses the compiled graph)."""
+
+    TRIAL_CALLS = 3
 
     def __init__(self, fn: Callable[..., Any], what: str, mode: str = "default") -> None:
         import torch._dynamo.config as dynamo_config
@@ -91,21 +94,22 @@ class Compiled:
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
         self.fn, self.what = fn, what
         self.compiled: Callable[..., Any] | None = torch.compile(fn, dynamic=False, mode=mode)
-        self.proven = False
+        self.calls = 0
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
             return self.fn(*args)
-        if self.proven:
+        if self.calls >= self.TRIAL_CALLS:
             return self.compiled(*args)
         try:
             out = self.compiled(*args)
         except Exception as err:  # noqa: BLE001 - any compiler failure falls back to eager
-            warnings.warn(f"compiling the {self.what} failed ({type(err).__name__}: {str(err).splitlines()[0][:200]}); "
+            reason = (str(err).splitlines() or [""])[0][:200]
+            warnings.warn(f"compiling the {self.what} failed ({type(err).__name__}: {reason}); "
                           "running it without compilation", RuntimeWarning, stacklevel=2)
             self.compiled = None
             return self.fn(*args)
-        self.proven = True
+        self.calls += 1
         return out
 
     @property
