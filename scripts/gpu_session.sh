@@ -8,13 +8,23 @@
 #
 # A second argument sets a study piece's minutes (default 9). Outputs go to $OUT (default ./gpu-out): the
 # benchmark tables, the GPU's name, each study's log and its folder packed without checkpoints and resume
-# states (results/<study>-gpu stays in place, so the next piece continues it). The machine's own torch is
-# used: headway is installed without dependencies and nothing is downloaded. A wheel directory .whl/ (e.g.
+# states. The study itself lives in runs/<study>-gpu (ignored by git, so refreshing the checkout from a
+# clean copy leaves it in place) and the next piece on the same machine continues it; its checkpoints
+# (about 29 GiB for retrieval, 4 for sorting) never leave that machine, so a study is finished where it
+# was started. Unpack the last <study>-gpu.tgz into results/ to commit it. The machine's own torch is used:
+# headway is installed without dependencies and nothing is downloaded. A wheel directory .whl/ (e.g.
 # devinterp for `llc`) is installed first when present.
 set -uo pipefail
 
 step=${1:?usage: scripts/gpu_session.sh bench|llc|retrieval|sorting [minutes]}
 minutes=${2:-9}
+case "$step" in
+bench | llc | retrieval | sorting) ;;
+*)
+    echo "unknown step '$step'; choose bench, llc, retrieval or sorting" >&2
+    exit 2
+    ;;
+esac
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -43,15 +53,11 @@ llc)
         --train-steps 1500 --repeats 3 --precision auto 2>&1 | tee "$out/bench_llc.md"
     ;;
 retrieval | sorting)
-    folder="results/$step-gpu"
+    folder="runs/$step-gpu"
     headway study "$step" --scale gpu --device cuda --time-limit "$minutes" --no-progress --out "$folder" \
         2>&1 | tee -a "$out/$step.log"
     status=${PIPESTATUS[0]}
-    tar --exclude=checkpoints --exclude=resume -czf "$out/$step-gpu.tgz" "$folder"
+    tar --exclude=checkpoints --exclude=resume -czf "$out/$step-gpu.tgz" -C runs "$step-gpu"
     exit "$status"
-    ;;
-*)
-    echo "unknown step '$step'; choose bench, llc, retrieval or sorting" >&2
-    exit 2
     ;;
 esac
