@@ -4,6 +4,7 @@ the trainer and `EnsembleData`)."""
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,21 @@ def test_auto_resolves_per_device_and_tf32_needs_cuda():
         ComputeSettings(precision="tf32").resolved_precision(CPU)
     with pytest.raises(ConfigError, match="compile = 'graphs' .* needs a CUDA device"):
         ComputeSettings(compile="graphs").compile_mode(CPU)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_on_a_cpu_that_emulates_it_warns(monkeypatch, native):
+    monkeypatch.setattr("headway.compute.cpu_has_bf16_matmul", lambda: native)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ComputeSettings(precision="bf16").resolved_precision(CPU) == "bf16"
+        assert ComputeSettings(precision="fp32").resolved_precision(CPU) == "fp32"
+        assert ComputeSettings(precision="bf16").resolved_precision(torch.device("cuda")) == "bf16"
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    if native:
+        assert messages == []
+    else:
+        assert len(messages) == 1 and messages[0].startswith("precision = 'bf16' on a CPU without bf16 matrix")
 
 
 def test_precision_context_autocasts_matmuls_and_restores_the_matmul_setting():

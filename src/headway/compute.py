@@ -3,7 +3,7 @@
 Precision (`--precision`): `fp32` runs every op in float32; `tf32` lets CUDA matmuls use
 TensorFloat-32; `bf16` runs matmuls and attention under bfloat16 autocast. Weights, gradients,
 optimiser moments and losses stay float32 in every mode. `auto` is bf16 on CUDA and fp32 on the CPU,
-where bf16 autocast measured twice as slow at the paper's shape (docs/performance.md).
+where bf16 autocast measured 2× slower with bf16 matrix units and 10× without (docs/performance.md).
 
 Compilation (`--compile`): `on` wraps the loss in `torch.compile` (AOTAutograd compiles its
 backward too) and the optimiser update likewise; `graphs` (CUDA only) also replays the compiled loss
@@ -42,11 +42,16 @@ class ComputeSettings:
         check_choice("compile", self.compile, COMPILE_MODES)
 
     def resolved_precision(self, device: torch.device) -> str:
-        """fp32, tf32 or bf16 on `device`; tf32 is refused off CUDA."""
+        """fp32, tf32 or bf16 on `device`; tf32 is refused off CUDA, and bf16 on a CPU that only
+        emulates it is allowed with a warning."""
         if self.precision == "auto":
             return "bf16" if device.type == "cuda" else "fp32"
         if self.precision == "tf32" and device.type != "cuda":
             raise ConfigError(f"precision = 'tf32' needs a CUDA device, not {device}; choose fp32 or bf16")
+        if self.precision == "bf16" and device.type == "cpu" and not cpu_has_bf16_matmul():
+            warnings.warn("precision = 'bf16' on a CPU without bf16 matrix instructions (AVX512-BF16 or AMX): "
+                          "it is emulated, and a training step measured about 10× slower than at fp32 (docs/performance.md)",
+                          RuntimeWarning, stacklevel=2)
         return self.precision
 
     def compile_mode(self, device: torch.device) -> str | None:
@@ -62,6 +67,15 @@ class ComputeSettings:
     def describe(self, device: torch.device) -> dict[str, str]:
         """The settings as they apply on `device`, for a run's summary."""
         return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}
+
+
+def cpu_has_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (oneDNN's own check; True where torch
+    cannot say), rather than converting to float32 and back."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return True
 
 
 @contextlib.contextmanager
