@@ -3,7 +3,7 @@
 Precision (`--precision`): `fp32` runs every op in float32; `tf32` lets CUDA matmuls use
 TensorFloat-32; `bf16` runs matmuls and attention under bfloat16 autocast. Weights, gradients,
 optimiser moments and losses stay float32 in every mode. `auto` is bf16 on CUDA and fp32 on the CPU,
-where bf16 autocast measured 2× slower with bf16 matrix units and 10× without (docs/performance.md).
+where bf16 autocast measured 2× slower with bf16 matrix units and 7–10× without (docs/performance.md).
 
 Compilation (`--compile`): `on` wraps the loss in `torch.compile` (AOTAutograd compiles its
 backward too) and the optimiser update likewise; `graphs` (CUDA only) also replays the compiled loss
@@ -50,8 +50,8 @@ class ComputeSettings:
             raise ConfigError(f"precision = 'tf32' needs a CUDA device, not {device}; choose fp32 or bf16")
         if self.precision == "bf16" and device.type == "cpu" and not cpu_has_bf16_matmul():
             warnings.warn("precision = 'bf16' on a CPU without bf16 matrix instructions (AVX512-BF16 or AMX): "
-                          "it is emulated, and a training step measured about 10× slower than at fp32 (docs/performance.md)",
-                          RuntimeWarning, stacklevel=2)
+                          "it is emulated, and a training step measured 7–10× slower than at fp32 "
+                          "(docs/performance.md)", RuntimeWarning, stacklevel=2)
         return self.precision
 
     def compile_mode(self, device: torch.device) -> str | None:
