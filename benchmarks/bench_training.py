@@ -7,7 +7,9 @@ Ways (each trains the same E models on the same batches, from the same initial w
            torch.optim.AdamW, stepped one after another: what one writes without headway;
   func     the same plain module, E copies stacked with torch.func.stack_module_state, the loss of all
            of them by vmap over functional_call, one torch.optim.AdamW over the stacked tensors
-           (PyTorch's documented model-ensembling recipe).
+           (PyTorch's documented model-ensembling recipe), attention through SDPA;
+  func-explicit  the same with attention written out (matmul, mask, softmax): vmap has no batching rule
+           for SDPA on the CPU and runs it as a loop, so this is that recipe's fastest form there.
 Every way draws its batches from the headway trainer's EnsembleData (instance e gets exactly the batch
 it would get alone) and uses AdamW with the run's learning rate, betas, eps and weight decay on the
 weight matrices only.
@@ -18,11 +20,11 @@ and --steps timed steps of every way; the median and the spread (min–max) over
 Also measured in the same run: the dense matmul peak (float32 on the CPU; float32, TF32 and bfloat16
 on CUDA), and each way's training FLOP/s (FLOPs of one real headway step counted by torch's
 FlopCounterMode, so every way is credited with the same useful work) as a fraction of the peak of its
-precision; the ratios headway/plain and headway/func; and the wall time the paper's depth grid would
-take at the rate headway reached at the paper shape and the largest ensemble size measured.
+precision; the ratio of headway to every baseline and to the fastest one measured in the run; and the
+wall time the paper's depth grid would take at the rate headway reached at the paper shape and the largest ensemble size measured.
 
 Run: python benchmarks/bench_training.py [--device cpu|cuda] [--shapes paper,cpu] [--ensemble-sizes 1,8,32,64]
-     [--rounds N] [--steps N] [--ways headway,plain,func] [--precision auto|fp32|tf32|bf16]
+     [--rounds N] [--steps N] [--ways headway,plain,func,func-explicit] [--precision auto|fp32|tf32|bf16]
      [--compile auto|on|off] [--compile-baselines] [--plain-last-only]
 Prints markdown table rows (for benchmarks/RESULTS.md) after a header line naming the device, torch,
 threads and peaks.
@@ -61,7 +63,8 @@ SHAPES = {
     # CPU scale: width 64, batch 128.
     "cpu": dict(hops=2, chains=4, vocab=16, layers=2, heads=4, d_model=64, batch_size=128),
 }
-WAYS = ("headway", "plain", "func")
+WAYS = ("headway", "plain", "func", "func-explicit")
+BASELINES = WAYS[1:]
 WARMUP = 2
 POOL = {"train_size": 2**14, "val_size": 256}
 RUN_DIR = Path(tempfile.gettempdir()) / "headway-bench"
@@ -289,7 +292,9 @@ def build_ways(runs: list[RunConfig], device: torch.device, names: list[str], pr
         if name == "headway":
             ways[name] = headway
         else:
-            models = [from_instance(headway.model, e, last_only=plain_last_only) for e in range(len(runs))]
+            attention = "explicit" if name.endswith("-explicit") else "sdpa"
+            models = [from_instance(headway.model, e, last_only=plain_last_only, attention=attention)
+                      for e in range(len(runs))]
             kind = PlainLoop if name == "plain" else FuncEnsemble
             ways[name] = kind(models, headway.data, runs[0], resolved, device, compile_baselines)
     return ways
@@ -315,6 +320,24 @@ def model_step_flops(settings: dict, device: torch.device, precision: str) -> in
     with FlopCounterMode(display=False) as counter:
         trainer.train_step(model, data, optim, state, 0)
     return counter.get_total_flops()
+
+
+def ratio_cell(times: dict[str, list[float]], way: str) -> str:
+    """'ratio× (min–max per round)' of `way`'s time over headway's, or — when either is missing."""
+    if "headway" not in times or way not in times:
+        return "—"
+    per_round = [b / a for a, b in zip(times["headway"], times[way])]
+    ratio = statistics.median(times[way]) / statistics.median(times["headway"])
+    return f"{ratio:.2f}× ({min(per_round):.2f}–{max(per_round):.2f})"
+
+
+def fastest_cell(times: dict[str, list[float]], ways: list[str]) -> str:
+    """headway's speed over the fastest baseline measured here (by median time), naming it."""
+    measured = [w for w in ways if w in times]
+    if "headway" not in times or not measured:
+        return "—"
+    fastest = min(measured, key=lambda w: statistics.median(times[w]))
+    return f"{ratio_cell(times, fastest)} vs {fastest}"
 
 
 def spread(values: list[float], fmt: str = ".2f") -> str:
@@ -354,8 +377,9 @@ def bench(shape: str, size: int, device: torch.device, args: argparse.Namespace,
                 print(failure_row(shape, size, name, err), flush=True)
                 del ways[name]
                 times.pop(name)
-    if isinstance(ways.get("func"), FuncEnsemble):
-        notes |= ways["func"].notes
+    for way in ways.values():
+        if isinstance(way, FuncEnsemble):
+            notes |= way.notes
     del ways
     release(device)
     return times
@@ -400,8 +424,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Output: a header line (device, torch, threads, matmul peaks, precision, compilation), then one "
                "row per shape, E and way: steps/s (median and min–max over rounds), model-steps/s (E × steps/s), "
                "GFLOP/s (headway's FLOPs per model-step, counted by FlopCounterMode, × model-steps/s) and its "
-               "fraction of the matmul peak of the precision used; then headway/plain and headway/func speed "
-               "ratios per shape and E; then the projected training time of the paper depth grid at headway's "
+               "fraction of the matmul peak of the precision used; then headway's speed over every baseline and "
+               "over the fastest one, per shape and E; then the projected training time of the paper depth grid at headway's "
                "rate (paper shape, largest E). With --device cuda the device is synchronised around every "
                "timing.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu",
@@ -419,7 +443,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                                 f"{WARMUP} warm-up steps)")
     parser.add_argument("--ways", default=",".join(WAYS),
                         help="comma list of ways: headway (ensemble trainer), plain (E torch models and AdamWs "
-                             "one after another), func (torch.func stack_module_state + vmap, one AdamW)")
+                             "one after another), func (torch.func stack_module_state + vmap, one AdamW, SDPA "
+                             "attention), func-explicit (the same with attention written out)")
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
                         help="headway's ComputeSettings precision; the "
                              "plain and func ways run at the same resolved precision (bf16: torch.autocast)")
@@ -487,21 +512,15 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"| {shape} | {size} | {name} | {spread(rates)} | {statistics.median(rates) * size:.1f} | "
                       f"{spread([f / 1e9 for f in flop_rates], '.1f')} | {statistics.median(flop_rates) / peak:.1%} |",
                       flush=True)
-    others = [w for w in ("plain", "func") if w in args.ways and "headway" in args.ways]
+    others = [w for w in BASELINES if w in args.ways and "headway" in args.ways]
     if others:
         print()
-        print("| shape | E | " + " | ".join(f"headway/{w} (min–max per round)" for w in others) + " |")
-        print("|---|---|" + "---|" * len(others))
+        print("| shape | E | " + " | ".join(f"headway/{w} (min–max per round)" for w in others)
+              + " | headway/fastest baseline |")
+        print("|---|---|" + "---|" * (len(others) + 1))
         for (shape, size), times in results.items():
-            cells = []
-            for w in others:
-                if "headway" in times and w in times:
-                    per_round = [b / a for a, b in zip(times["headway"], times[w])]
-                    ratio = statistics.median(times[w]) / statistics.median(times["headway"])
-                    cells.append(f"{ratio:.2f}× ({min(per_round):.2f}–{max(per_round):.2f})")
-                else:
-                    cells.append("—")
-            print(f"| {shape} | {size} | " + " | ".join(cells) + " |")
+            print(f"| {shape} | {size} | " + " | ".join(ratio_cell(times, w) for w in others)
+                  + f" | {fastest_cell(times, others)} |")
     for note in sorted(notes):
         print(f"\nNote (torch, func way): {note}.")
     paper = [(size, times) for (shape, size), times in results.items() if shape == "paper" and "headway" in times]

@@ -3,8 +3,10 @@ training benchmark's baselines (what a researcher would write without headway).
 
 GPT-2 style, pre-LN: token embedding (summed over the slots axis of packed tokens [B, pos, slots]),
 learned positional embedding, blocks of attention (causal or bidirectional, through
-`F.scaled_dot_product_attention`) and a GELU MLP (exact erf form), a final LayerNorm and an
-unembedding with bias, read out at the last position (or the last k positions, concatenated).
+`F.scaled_dot_product_attention` or, with `attention="explicit"`, a matmul, a mask and a softmax: vmap has
+no batching rule for SDPA on some devices and falls back to a loop) and a GELU MLP (exact erf form), a
+final LayerNorm and an unembedding with bias, read out at the last position (or the last k positions,
+concatenated).
 
 `from_instance` builds one from a headway `EnsembleTransformer` instance (TransformerLens names:
 `blocks.0.attn.W_Q [H, d, dh]`, ...), so the benchmark's three ways start from the same weights.
@@ -19,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+ATTENTION_PATHS = ("sdpa", "explicit")  # how a PlainBlock computes attention
+
 
 def _layer_norm(d_model: int, enabled: bool) -> nn.Module:
     """nn.LayerNorm(d_model), or the identity when the model has no LayerNorm."""
@@ -28,9 +32,12 @@ def _layer_norm(d_model: int, enabled: bool) -> nn.Module:
 class PlainBlock(nn.Module):
     """One pre-LN residual block: multi-head attention, then (if `d_mlp` > 0) a GELU MLP."""
 
-    def __init__(self, d_model: int, heads: int, d_head: int, d_mlp: int, layernorm: bool, causal: bool) -> None:
+    def __init__(self, d_model: int, heads: int, d_head: int, d_mlp: int, layernorm: bool, causal: bool,
+                 attention: str = "sdpa") -> None:
         super().__init__()
-        self.heads, self.d_head, self.causal = heads, d_head, causal
+        if attention not in ATTENTION_PATHS:
+            raise ValueError(f"attention = {attention!r}; choose from {', '.join(ATTENTION_PATHS)}")
+        self.heads, self.d_head, self.causal, self.attention = heads, d_head, causal, attention
         self.ln1 = _layer_norm(d_model, layernorm)
         self.qkv = nn.Linear(d_model, 3 * heads * d_head)
         self.proj = nn.Linear(heads * d_head, d_model)
@@ -48,27 +55,39 @@ class PlainBlock(nn.Module):
         if last_only:  # the last query sees every key, so no mask is needed
             q = q[:, :, -1:]
             x = x[:, -1:]
-        z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and not last_only)
+        z = self.attend(q, k, v, causal=self.causal and not last_only)
         x = x + self.proj(z.transpose(1, 2).reshape(b, q.shape[2], self.heads * self.d_head))
         if self.has_mlp:
             x = x + self.fc_out(F.gelu(self.fc_in(self.ln2(x))))
         return x
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+        """Attention outputs [B, H, Sq, dh] through SDPA or written out (scores, mask, softmax, mix)."""
+        if self.attention == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        scores = q @ k.transpose(-1, -2) / self.d_head**0.5
+        if causal:
+            s = scores.shape[-1]
+            future = torch.ones(s, s, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        return scores.softmax(dim=-1) @ v
 
 
 class PlainTransformer(nn.Module):
     """One GPT-2-style transformer; `forward(tokens)` gives the readout [B, positions * d_out].
 
     `last_only` computes the final block at the last position only (headway's shortcut; off by
-    default, as an ordinary model computes every position and then slices)."""
+    default, as an ordinary model computes every position and then slices); `attention` is "sdpa" or
+    "explicit" (see PlainBlock.attend)."""
 
     def __init__(self, d_vocab: int, n_ctx: int, d_out: int, layers: int, heads: int, d_model: int,
                  d_head: int, d_mlp: int, layernorm: bool = True, causal: bool = True,
-                 last_only: bool = False) -> None:
+                 last_only: bool = False, attention: str = "sdpa") -> None:
         super().__init__()
         self.last_only = last_only
         self.embed = nn.Embedding(d_vocab, d_model)
         self.pos_embed = nn.Embedding(n_ctx, d_model)
-        self.blocks = nn.ModuleList(PlainBlock(d_model, heads, d_head, d_mlp, layernorm, causal)
+        self.blocks = nn.ModuleList(PlainBlock(d_model, heads, d_head, d_mlp, layernorm, causal, attention)
                                     for _ in range(layers))
         self.ln_final = _layer_norm(d_model, layernorm)
         self.unembed = nn.Linear(d_model, d_out)
@@ -140,12 +159,13 @@ def load_transformerlens_state(model: PlainTransformer, state: Mapping[str, Tens
     put(model.unembed.bias, state["unembed.b_U"])
 
 
-def from_instance(ensemble: Any, index: int, last_only: bool = False) -> PlainTransformer:
-    """A plain model with the shape and the weights of instance `index` of a headway ensemble, on its device."""
+def from_instance(ensemble: Any, index: int, last_only: bool = False, attention: str = "sdpa") -> PlainTransformer:
+    """A plain model with the shape and the weights of instance `index` of a headway ensemble, on its device
+    (`attention`: "sdpa" or "explicit")."""
     cfg = ensemble.cfg
     model = PlainTransformer(ensemble.d_vocab, ensemble.n_ctx, ensemble.d_out, cfg.layers, cfg.heads, cfg.d_model,
                              cfg.head_dim, cfg.mlp_dim, layernorm=cfg.layernorm, causal=cfg.attention == "causal",
-                             last_only=last_only)
+                             last_only=last_only, attention=attention)
     model.to(ensemble.embed.W_E.device)
     load_transformerlens_state(model, ensemble.instance_state(index))
     return model
