@@ -121,7 +121,7 @@ def _describe(plan: Plan, max_ensemble: int | None = None) -> None:
     """Runs, ensembles (at most `max_ensemble` runs each when given) and approximate training FLOPs of each
     grid of `plan`, and the plan's own notes."""
     from headway.runs.config import group_runs
-    from headway.runs.cost import training_flops
+    from headway.runs.cost import gpu_training_seconds, training_flops
     from headway.train.capacity import ensemble_limit
 
     limit = ensemble_limit(None, max_ensemble)
@@ -131,7 +131,8 @@ def _describe(plan: Plan, max_ensemble: int | None = None) -> None:
             click.echo(f"{name}: not run")
             continue
         flops = sum(training_flops(run) for run in runs)
-        click.echo(f"{name}: {len(runs)} runs in {len(group_runs(runs, limit))} ensemble(s), about {flops:.2e} training "
-                   f"FLOPs ({flops / 1e14 / 3600:.2f} h at 100 TFLOP/s sustained)")
+        ensembles = list(group_runs(runs, limit).values())
+        click.echo(f"{name}: {len(runs)} runs in {len(ensembles)} ensemble(s), about {flops:.2e} training "
+                   f"FLOPs ({gpu_training_seconds(ensembles) / 3600:.2f} h of training on one H100, projected)")
     for line in plan.describe():
         click.echo(line)

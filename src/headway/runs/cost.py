@@ -34,10 +34,26 @@ def training_memory(runs: list[RunConfig]) -> int:
     return int(MARGIN * (PROCESS_BYTES + n * 4 * floats + pools))
 
 
-# Assumed sustained training throughput of one H100 at bf16 for these small-model ensembles: about 30% of
-# its 989 TFLOP/s dense bf16 peak. An assumption for sizing plans, not a measurement:
-# benchmarks/bench_training.py measures the real number.
-ASSUMED_GPU_FLOPS = 100e12
+# Measured on one H100 (torch 2.11, bf16 autocast, eager step; benchmarks/RESULTS.md "GPU: one H100"):
+# an ensemble of 64 paper-shape models trains at 29.7e12 training_flops units per second (FlopCounterMode
+# counted 19.3 TFLOP/s, and training_flops counts 1.54x what it counts at that shape), and a step of a small
+# ensemble (8 models, width 128, 2-3 layers) is bound by kernel latency: 8.0-15.8 ms whatever its FLOPs,
+# fitted as GPU_STEP_BASE_S + GPU_STEP_PER_LAYER_S per layer (mean 9.2 ms at 2 layers, 12.1 ms at 3).
+GPU_TRAINING_FLOPS = 29.7e12
+GPU_STEP_BASE_S = 3.4e-3
+GPU_STEP_PER_LAYER_S = 2.9e-3
+
+
+def gpu_step_seconds(run: RunConfig, ensemble_size: int) -> float:
+    """Projected seconds of one eager training step of an ensemble of `ensemble_size` runs like `run` on one
+    H100: the measured latency floor of its layers, or its FLOPs at the measured rate, whichever is larger."""
+    floor = GPU_STEP_BASE_S + GPU_STEP_PER_LAYER_S * run.model.layers
+    return max(floor, ensemble_size * training_flops(run) / run.train.steps / GPU_TRAINING_FLOPS)
+
+
+def gpu_training_seconds(ensembles: list[list[RunConfig]]) -> float:
+    """Projected seconds to train `ensembles` (each a list of runs of one shape) one after another on one H100."""
+    return sum(members[0].train.steps * gpu_step_seconds(members[0], len(members)) for members in ensembles)
 
 
 def example_flops(run: RunConfig) -> float:

@@ -19,9 +19,11 @@ from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS, SUPERVISIONS
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
-# Analysis seconds per ensemble on one GPU, assumed: the analysis is ~150 forwards of 1024 examples (counted on
-# a 3-layer, 8-head ensemble), ridge probes and a forward per checkpoint, bound by latency rather than FLOPs
-ANALYSIS_S_PER_ENSEMBLE = 30.0
+# Analysis seconds per ensemble on one H100, inferred rather than timed: four study processes sharing one H100
+# ran their steps 4x slower than one alone (the GPU serialised them) and fitted two analyses of 8-run ensembles
+# into the time their training left, about 35 s each, so about 9 s each alone; 12 s leaves a margin. The analysis
+# is ~150 forwards of 1024 examples per task, ridge probes and a forward per checkpoint, bound by latency
+ANALYSIS_S_PER_ENSEMBLE = 12.0
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,9 @@ class RetrievalPlan(Plan):
 
     def describe(self) -> list[str]:
         projected = gpu_projection(self)
-        return [f"projected on one GPU at the assumed 100 TFLOP/s: training {projected['training_s'] / 60:.1f} min, "
+        return [f"projected on one H100 (eager step, measured rates): training {projected['training_s'] / 60:.1f} min, "
                 f"analysis {projected['analysis_s'] / 60:.1f} min ({projected['ensembles']} ensembles × "
-                f"{ANALYSIS_S_PER_ENSEMBLE:g} s)"]
+                f"{ANALYSIS_S_PER_ENSEMBLE:g} s, inferred)"]
 
     def with_settings(self, **settings: Any) -> RetrievalPlan:
         """A copy with flat run settings (e.g. steps, vocab) set in both grids (None leaves one as it is)."""
@@ -129,8 +131,10 @@ def gpu_plan() -> RetrievalPlan:
     (chain order with query supervision separates the order from the supervision) — with the paper's
     model, 10k steps (three layers needed ~5000 at width 64 for D = 4) and 8 seeds. Conditional: the
     recipes the CPU sweep could not run: bidirectional attention, 3 and 4 layers, width 128, the paper's
-    24k steps at batch 128 (its second setup), 16 seeds. Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an
-    assumption) to about 20 minutes with the analysis (`gpu_projection`, docs/study-retrieval.md).
+    24k steps at batch 128 (its second setup), 16 seeds. Sized before any GPU had run it, at an assumed
+    100 TFLOP/s, to about 20 minutes; at the rates measured on an H100 it projects to about 2 hours, so
+    it runs in `--time-limit` pieces or with `--steps`/`--seed` cut to a lease (`gpu_projection`,
+    docs/study-retrieval.md).
     """
     model = {**scale_settings("paper"), "vocab": 24, "train_size": 2**18, "val_size": 2048, "eval_every": 100}
     depth = {**_dense_checkpoints(model, 250, 16), "steps": 10_000}
@@ -143,16 +147,18 @@ def gpu_plan() -> RetrievalPlan:
 
 
 def gpu_projection(plan: RetrievalPlan) -> dict[str, float]:
-    """Projected seconds of `plan` on one GPU: training FLOPs at ASSUMED_GPU_FLOPS, and the analysis at
-    ANALYSIS_S_PER_ENSEMBLE per ensemble (latency-bound: ~150 small forwards, probes, checkpoint curves)."""
+    """Projected seconds of `plan` on one H100: each ensemble's steps at `gpu_step_seconds` (the measured
+    latency floor or FLOP rate of an eager step), and the analysis at ANALYSIS_S_PER_ENSEMBLE per ensemble
+    (latency-bound: ~150 small forwards, probes, checkpoint curves)."""
     from headway.runs.config import group_runs
-    from headway.runs.cost import ASSUMED_GPU_FLOPS, training_flops
+    from headway.runs.cost import gpu_training_seconds, training_flops
 
     flops = sum(training_flops(run) for run in plan.runs())
-    ensembles = sum(len(group_runs(runs)) for runs in plan.grids().values() if runs)
-    analysis = ensembles * ANALYSIS_S_PER_ENSEMBLE
-    return {"training_flops": flops, "training_s": flops / ASSUMED_GPU_FLOPS, "ensembles": ensembles,
-            "analysis_s": analysis, "total_s": flops / ASSUMED_GPU_FLOPS + analysis}
+    groups = [members for runs in plan.grids().values() if runs for members in group_runs(runs).values()]
+    training = gpu_training_seconds(groups)
+    analysis = len(groups) * ANALYSIS_S_PER_ENSEMBLE
+    return {"training_flops": flops, "training_s": training, "ensembles": len(groups),
+            "analysis_s": analysis, "total_s": training + analysis}
 
 
 def study_plan(scale: str) -> RetrievalPlan:

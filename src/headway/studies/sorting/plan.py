@@ -9,15 +9,17 @@ from typing import Any
 from headway.analysis.llc import SGLDSettings
 from headway.errors import ConfigError
 from headway.runs.config import RunConfig
+from headway.runs.cost import GPU_STEP_BASE_S, GPU_STEP_PER_LAYER_S
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
 from headway.tasks.registry import scale_settings
 
 STUDY_SCALES = ("cpu", "gpu")
 UNIFORM = "uniform"  # the default data: distinct numbers drawn uniformly from 0 … 50
-# Seconds per SGLD step on one GPU, assumed: a step of the batched chains is a few small kernels, bound by
-# launch latency rather than FLOPs, so the LLC trace takes at least this per sequential step
-SGLD_STEP_S = 0.003
+# Seconds per SGLD step on one H100: a step of the batched chains (forward, backward, update) is bound by kernel
+# latency, so the LLC trace takes at least this per sequential step. Taken as the measured latency floor of a
+# one-layer eager training step (headway.runs.cost); SGLD steps themselves are not yet timed on a GPU
+SGLD_STEP_S = GPU_STEP_BASE_S + GPU_STEP_PER_LAYER_S
 
 
 def parse_data(option: str, text: str) -> str | float:
@@ -86,7 +88,7 @@ class SortingPlan(Plan):
     def describe(self) -> list[str]:
         projected = gpu_projection(self)
         return [f"LLC traced over training for {len(self.development_runs())} of them",
-                f"LLC: about {projected['llc_flops']:.2e} FLOPs; projected on one GPU at the assumed 100 TFLOP/s: "
+                f"LLC: about {projected['llc_flops']:.2e} FLOPs; projected on one H100 (measured rates): "
                 f"training {projected['training_s'] / 60:.1f} min, analysis {projected['analysis_s'] / 60:.1f} min"]
 
 
@@ -112,8 +114,9 @@ def gpu_plan() -> SortingPlan:
     0.00), the LLC over training of seeds 0–11 at both weight decays (whole model and each head) at every
     saved checkpoint, with the CPU calibration's ε 1.5e-6 at batch 512 over the sampling time of the former
     ε 3e-6 × 400 steps (800 steps). 24 seeds rather than more because the 384 runs train as one ensemble of
-    about 46 GiB (`training_memory`). Sized at ASSUMED_GPU_FLOPS (100 TFLOP/s, an assumption) to about
-    15 minutes with the analysis (`gpu_projection`, docs/study-sorting.md)."""
+    about 46 GiB (`training_memory`). Sized before any GPU had run it, at an assumed 100 TFLOP/s, to about
+    15 minutes; at the rates measured on an H100 it projects to about 50 minutes (`gpu_projection`,
+    docs/study-sorting.md)."""
     sgld = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=8, draws=400, burnin=400, batch_size=512,
                         init_loss_batches=None, init_batch_size=4096)
     return SortingPlan("gpu", data=(UNIFORM, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), weight_decays=(0.005, 0.0),
@@ -122,19 +125,22 @@ def gpu_plan() -> SortingPlan:
 
 
 def gpu_projection(plan: SortingPlan) -> dict[str, float]:
-    """Projected seconds of `plan` on one GPU: training and LLC FLOPs at ASSUMED_GPU_FLOPS, the LLC no faster
-    than SGLD_STEP_S per sequential SGLD step (every traced run's chains step together)."""
-    from headway.runs.cost import ASSUMED_GPU_FLOPS, training_flops
+    """Projected seconds of `plan` on one H100: training at `gpu_step_seconds` per step of each ensemble, the
+    LLC's FLOPs at the measured training rate but no faster than SGLD_STEP_S per sequential SGLD step (every
+    traced run's chains step together)."""
+    from headway.runs.config import group_runs
+    from headway.runs.cost import GPU_TRAINING_FLOPS, gpu_training_seconds, training_flops
 
     runs, traced = plan.runs(), plan.development_runs()
-    training = sum(training_flops(run) for run in runs)
+    flops = sum(training_flops(run) for run in runs)
+    training = gpu_training_seconds(list(group_runs(runs).values()))
     groups = _weight_groups(plan, runs[0])
     checkpoints = _trace_checkpoints(plan)
     llc = _llc_flops(plan, runs, 1) + checkpoints * _llc_flops(plan, traced, groups)
     sequential = (1 + checkpoints * groups) * plan.sgld.steps
-    analysis = max(llc / ASSUMED_GPU_FLOPS, sequential * SGLD_STEP_S)
-    return {"training_flops": training, "training_s": training / ASSUMED_GPU_FLOPS, "llc_flops": llc,
-            "analysis_s": analysis, "total_s": training / ASSUMED_GPU_FLOPS + analysis}
+    analysis = max(llc / GPU_TRAINING_FLOPS, sequential * SGLD_STEP_S)
+    return {"training_flops": flops, "training_s": training, "llc_flops": llc,
+            "analysis_s": analysis, "total_s": training + analysis}
 
 
 def _weight_groups(plan: SortingPlan, run: RunConfig) -> int:
