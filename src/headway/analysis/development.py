@@ -4,12 +4,14 @@ the trace)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from headway.analysis.stages import label_stages, stage_boundaries
+from headway.analysis.statistics import normal_tail
 
 
 def trace_steps(saved: list[int], count: int) -> list[int]:
@@ -24,7 +26,6 @@ def trace_steps(saved: list[int], count: int) -> list[int]:
 
 # Diagnostics after which a checkpoint's λ̂ is no estimate: a chain ran away or broke.
 INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went non-finite"}
-SIGNIFICANT = 2.0  # a rise or fall must also exceed this many standard errors of the difference
 
 
 @dataclass
@@ -45,13 +46,16 @@ class Development:
     excluded: dict[int, str] = field(default_factory=dict)  # traced steps left out of the peak search → why
     start_step: int = -1  # the first valid checkpoint
     start: float = float("nan")  # its whole-model LLC
+    p_rise: float = float("nan")  # one-sided p that the peak is above the start only by noise (z-test, see development)
+    p_fall: float = float("nan")  # ... that the final value is below the peak only by noise
 
     def summary(self, title: str) -> dict:
         """The JSON view of summary.json."""
         return {"run_id": self.run_id, "title": title, "boundaries": self.boundaries.to_dict("records"),
                 "stages": self.stages.to_dict("records"), "llc_start_step": self.start_step, "llc_start": self.start,
                 "llc_peak_step": self.peak_step, "llc_peak": self.peak, "llc_final": self.final,
-                "llc_rises_then_falls": self.rises_then_falls, "llc_excluded": self.exclusions()}
+                "llc_rises_then_falls": self.rises_then_falls, "llc_p_rise": self.p_rise, "llc_p_fall": self.p_fall,
+                "llc_excluded": self.exclusions()}
 
     def exclusions(self) -> str:
         """The excluded checkpoints in words, grouped by reason, e.g. "steps 0–70 (12): λ̂ ≤ 0 …"."""
@@ -64,22 +68,29 @@ class Development:
 
 def valid_llc(whole: pd.DataFrame) -> pd.Series:
     """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): λ̂ ≤ 0 (SGLD
-    found lower loss than w*, so w* is no local minimum and λ̂ no LLC), or a diagnostic of
-    `INVALID_WARNINGS` fired."""
+    found lower loss than w*, so w* is no local minimum and λ̂ no LLC), no standard error recorded (a
+    difference could not be weighed against its noise), or a diagnostic of `INVALID_WARNINGS` fired."""
     def reason(row) -> str:
         if not np.isfinite(row.llc_mean) or row.llc_mean <= 0:
             return "λ̂ ≤ 0 or undefined: w* is not a local minimum"
+        se = getattr(row, "llc_se", np.nan)
+        if not (isinstance(se, int | float) and np.isfinite(se)):
+            return "no standard error recorded"
         text = row.warnings if isinstance(row.warnings, str) else ""
         return next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
 
     return whole.apply(reason, axis=1).astype(str)
 
 
-def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float) -> Development:
+def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, significant: float = 2.0,
+                bias: float = 0.0) -> Development:
     """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
     are read from the valid checkpoints only (`valid_llc`): the peak must be above the first valid
-    checkpoint and the last valid one below it, each by `fall` of the peak and by `SIGNIFICANT` standard
-    errors (`llc_se`); no valid checkpoint before the peak means no rise."""
+    checkpoint and the last valid one below it, each by `fall` of the peak and by `significant` times the
+    uncertainty of the difference, which adds to the two standard errors (`llc_se`, sampling noise) the
+    estimator's relative `bias` (measured on models of known LLC) of each value; no valid checkpoint before
+    the peak means no rise. `p_rise` and `p_fall` are the one-sided normal p-values of the two differences
+    over that uncertainty."""
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == "all"].sort_values("step")
@@ -94,14 +105,22 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     if not valid.any():
         return Development(run_id, loss, llc, boundaries, stages, -1, float("nan"), float("nan"), False, messages,
                            excluded)
-    se = whole.llc_se.to_numpy(dtype=float) if "llc_se" in whole else np.zeros(len(whole))
+    se = whole.llc_se.to_numpy(dtype=float)
     index = np.flatnonzero(valid)
     first, last, peak = index[0], index[-1], index[np.argmax(values[index])]
 
-    def clear(high: int, low: int) -> bool:
+    def z(high: int, low: int) -> float:
+        noise = math.sqrt(se[high] ** 2 + se[low] ** 2 + (bias * values[high]) ** 2 + (bias * values[low]) ** 2)
         gap = values[high] - values[low]
-        return bool(gap >= fall * values[peak] and gap > SIGNIFICANT * np.hypot(se[high], se[low]))
+        return gap / noise if noise > 0 else (math.inf if gap > 0 else -math.inf if gap < 0 else 0.0)
 
-    holds = bool(first < peak < last) and clear(peak, first) and clear(peak, last)
+    def clear(high: int, low: int) -> bool:
+        return bool(values[high] - values[low] >= fall * values[peak] and z(high, low) > significant)
+
+    interior = bool(first < peak < last)
+    holds = interior and clear(peak, first) and clear(peak, last)
+    p_rise = normal_tail(z(peak, first)) if peak > first else 1.0
+    p_fall = normal_tail(z(peak, last)) if peak < last else 1.0
     return Development(run_id, loss, llc, boundaries, stages, int(steps[peak]), float(values[peak]),
-                       float(values[last]), holds, messages, excluded, int(steps[first]), float(values[first]))
+                       float(values[last]), holds, messages, excluded, int(steps[first]), float(values[first]),
+                       p_rise, p_fall)

@@ -1,6 +1,7 @@
-"""Tests and intervals for the small counts studies produce: Wilson intervals, exact one-sided
-binomial tests against chance with their power, and a permutation test of independence between a
-run's outcome and its group. numpy and the standard library only."""
+"""Tests and intervals for the small counts studies produce: Wilson intervals, exact one-sided binomial
+tests against chance with their power, Fisher's exact test of two groups with its power, the chance that
+independent random orders agree, a normal tail, Holm's correction, and a permutation test of
+independence between a run's outcome and its group. numpy and the standard library only."""
 
 from __future__ import annotations
 
@@ -85,3 +86,73 @@ def sidak(p_values: Sequence[float]) -> float:
     """Šidák's combination of independent tests: the probability that the smallest of len(p_values)
     independent null p-values is at most the smallest one seen."""
     return 1.0 - (1.0 - min(p_values)) ** len(p_values) if len(p_values) else 1.0
+
+
+def fisher_greater(k1: int, n1: int, k0: int, n0: int) -> float:
+    """One-sided p-value of Fisher's exact test that group 1 (k1 successes of n1) succeeds more often than
+    group 0 (k0 of n0): P(X ≥ k1) for X hypergeometric with the successes k1 + k0 fixed."""
+    if n1 <= 0 or n0 <= 0:
+        return 1.0
+    total, successes = n1 + n0, k1 + k0
+    denominator = math.comb(total, successes)
+    return min(1.0, sum(math.comb(n1, x) * math.comb(n0, successes - x)
+                        for x in range(k1, min(n1, successes) + 1)) / denominator)
+
+
+def fisher_power(n1: int, n0: int, p1: float, p0: float, alpha: float) -> float:
+    """Probability that `fisher_greater` rejects at level alpha when group 1 succeeds with probability p1
+    and group 0 with p0 (exact: every pair of counts weighed by its binomial probability)."""
+    if n1 <= 0 or n0 <= 0:
+        return 0.0
+    power = 0.0
+    for k1 in range(n1 + 1):
+        w1 = math.comb(n1, k1) * p1 ** k1 * (1 - p1) ** (n1 - k1)
+        for k0 in range(n0 + 1):
+            if fisher_greater(k1, n1, k0, n0) <= alpha:
+                power += w1 * math.comb(n0, k0) * p0 ** k0 * (1 - p0) ** (n0 - k0)
+    return min(1.0, power)
+
+
+def agreement_tail(count: int, draws: int, categories: int) -> float:
+    """P(some category occurs ≥ `count` times) among `draws` independent uniform draws from `categories`
+    categories: the chance that `count` of `draws` random orders of U units (U! categories) coincide.
+    Exact: the complement counts the sequences using every category fewer than `count` times, the
+    coefficient of x^draws in (Σ_{j<count} x^j/j!)^categories times draws! / categories^draws."""
+    if count <= 1:
+        return 1.0 if draws >= 1 else 0.0
+    if count > draws:
+        return 0.0
+    base = [1.0 / math.factorial(j) for j in range(min(count, draws + 1))]
+    poly = [1.0]
+    for _ in range(categories):  # truncated product; categories is at most a few hundred here
+        poly = [sum(poly[i] * base[d - i] for i in range(max(0, d - len(base) + 1), min(d, len(poly) - 1) + 1))
+                for d in range(min(draws, len(poly) - 1 + len(base) - 1) + 1)]
+    below = poly[draws] * math.factorial(draws) / categories ** draws if draws < len(poly) else 0.0
+    return min(1.0, max(0.0, 1.0 - below))
+
+
+def agreement_power(draws: int, categories: int, share: float, alpha: float) -> float:
+    """Probability that `agreement_tail` rejects at level alpha when each of `draws` seeds follows one fixed
+    order with probability `share` (else a uniformly random one): what a null result can rule out."""
+    need = next((c for c in range(1, draws + 1) if agreement_tail(c, draws, categories) <= alpha), draws + 1)
+    if need > draws:
+        return 0.0
+    hit = share + (1 - share) / categories  # a seed lands on the fixed order
+    return binomial_tail(need, draws, hit)
+
+
+def normal_tail(z: float) -> float:
+    """P(Z ≥ z) for a standard normal Z (NaN stays NaN)."""
+    return 0.5 * math.erfc(z / math.sqrt(2)) if z == z else math.nan
+
+
+def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
+    """Holm's step-down rejections at family-wise level alpha, in the order given (a NaN never rejects)."""
+    order = sorted(range(len(p_values)), key=lambda i: (math.isnan(p_values[i]), p_values[i]))
+    rejected = [False] * len(p_values)
+    m = len(p_values)
+    for rank, i in enumerate(order):
+        if math.isnan(p_values[i]) or p_values[i] > alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected

@@ -6,10 +6,12 @@ a frozen dataclass subclassing `Plan`, whose fields carry `axis(...)` metadata s
 `headway study NAME` builds its options from them. The pipeline:
 
     plan.runs() → train (shared run store) → analyse(ensemble) per ensemble, cached in
-    <out>/analysis/<ensemble>/ with a done.json → summarise(data) → verdicts(tables) → report(...)
+    <out>/analysis/<ensemble>/ with a done.json → summarise(data) → verdicts(tables, rules) → report(...)
 
-`verdicts` is a pure function of the summarised tables, so every claim check is unit-testable
-without training anything.
+Every threshold the study judges by lives in one frozen `Rules` object (`rules_class`,
+headway.studies.rules), handed to each step; the rules read during analysis are part of the cache's
+stamp. `verdicts` is a pure function of the summarised tables and the rules, so every claim check is
+unit-testable without training anything.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
 from headway.runs import layout
 from headway.runs.config import RunConfig
+from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
 if TYPE_CHECKING:  # torch loads with the first training or analysis, not with `headway --help`
@@ -90,6 +93,7 @@ class StudyData:
     seconds: dict[str, float]
     hardware: dict[str, str]
     ensembles: list[str]
+    rules: Rules
 
 
 class Study(ABC):
@@ -102,11 +106,13 @@ class Study(ABC):
     scales: ClassVar[tuple[str, ...]]  # named scales of `plan_for`; the first is the default
     run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
     tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name
-    version: ClassVar[int]  # bump when an analysis or rule changes, so cached tables are recomputed
+    version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
+    rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
 
     def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True,
                  executor: Executor | None = None, compute: ComputeSettings | None = None,
-                 deadline: float | None = None, max_ensemble: int | None = None) -> None:
+                 deadline: float | None = None, max_ensemble: int | None = None, rules: Rules | None = None) -> None:
+        from headway.errors import ConfigError
         from headway.train.capacity import check_max_ensemble
 
         self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
@@ -114,6 +120,9 @@ class Study(ABC):
         self.compute = compute or ComputeSettings()  # precision and compilation of training and LLC sampling
         self.deadline = deadline  # time.time() after which training stops (saved) and no analysis starts
         self.max_ensemble = check_max_ensemble(max_ensemble)  # runs per new ensemble; None: the measured capacity
+        self.rules = self.rules_class() if rules is None else rules
+        if not isinstance(self.rules, self.rules_class):
+            raise ConfigError(f"study {self.name} judges by {self.rules_class.__name__}, not {type(self.rules).__name__}")
 
     # --- what a study defines -----------------------------------------------------------------
 
@@ -133,8 +142,8 @@ class Study(ABC):
 
     @staticmethod
     @abstractmethod
-    def verdicts(tables: Any) -> list[Verdict]:
-        """The verdict on each claim, computed from the summarised tables alone."""
+    def verdicts(tables: Any, rules: Rules) -> list[Verdict]:
+        """The verdict on each claim, computed from the summarised tables and the rules alone."""
 
     @abstractmethod
     def report(self, data: StudyData, tables: Any, verdicts: list[Verdict]) -> Path:
@@ -142,7 +151,8 @@ class Study(ABC):
 
     def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
         """What an ensemble's cached analysis depends on; a different stamp analyses it again."""
-        return {"runs": [run.run_id for run in runs], "version": self.version, **self.precision_stamp()}
+        return {"runs": [run.run_id for run in runs], "version": self.version, "rules": self.rules.stamp("analysis"),
+                **self.precision_stamp()}
 
     def precision_stamp(self) -> dict[str, str]:
         """An explicitly chosen precision, which LLC estimates depend on ({} for the default `auto`)."""
@@ -158,7 +168,7 @@ class Study(ABC):
         """Train, analyse, summarise, judge and report; everything already in `out` is reused."""
         data = self.gather()
         tables = self.summarise(data)
-        return self.report(data, tables, self.verdicts(tables))
+        return self.report(data, tables, self.verdicts(tables, self.rules))
 
     def gather(self) -> StudyData:
         """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached;
@@ -192,7 +202,7 @@ class Study(ABC):
         seconds = {"training_s": trained - started, "analysis_s": time.perf_counter() - trained,
                    "training_recorded_s": recorded[0], "analysis_recorded_s": recorded[1]}
         return StudyData(self.plan, metrics, gathered, seconds, hardware_description(self.device, self.executor),
-                         [d.name for d in ensembles])
+                         [d.name for d in ensembles], self.rules)
 
     def analysed(self, run_dir: Path, device: torch.device) -> None:
         """Analyse one ensemble unless its cache is current: `analyse`, then the tables, then done.json.

@@ -1,0 +1,79 @@
+"""Every threshold a study judges by, in one frozen object fixed before the data: one `Rules` subclass per
+study, each field a threshold, level, power requirement or minimum effect with its reason and the values
+its sensitivity sweep tries in the field's metadata (`rule(...)`).
+
+The object is the one source of a study's numbers: analysis, summary, verdicts and report all read it; the
+fields marked `stage="analysis"` are part of the analysis cache's stamp, so changing one re-analyses what
+it affects rather than reusing stale tables; the threshold-sensitivity tables sweep the `sweep` values; and
+the report's Methods section prints every field with its reason (`rules_rows`).
+
+Common to every study: `alpha`, the family-wise error rate of all its claims together (Holm's correction,
+`headway.studies.verdict.judge`), and `power`, the power a design needs before a null result may count as a
+refutation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from headway.errors import ConfigError
+from headway.settings import Settings
+
+STAGES = ("analysis", "summary")  # when a rule is read: while analysing a model, or when judging the tables
+
+
+def rule(default: Any, reason: str, sweep: tuple = (), stage: str = "summary", low: float | None = None,
+         high: float | None = None) -> Any:
+    """A Rules field: its default, a one-line reason, the values a sensitivity sweep tries (empty: not
+    swept), when it is read (`stage`, one of STAGES) and the closed range [low, high] it must lie in."""
+    if stage not in STAGES:
+        raise ConfigError(f"rule stage {stage!r} is unknown; choose one of {', '.join(STAGES)}")
+    if not reason:
+        raise ConfigError("a rule needs its reason")
+    return field(default=default, metadata={"reason": reason, "sweep": tuple(sweep), "stage": stage,
+                                            "low": low, "high": high})
+
+
+@dataclass(frozen=True)
+class Rules(Settings):
+    """The rules every study shares; a study's subclass adds its own fields with `rule(...)`."""
+
+    alpha: float = rule(0.05, "family-wise error rate of all the study's claims together (Holm's correction)",
+                        low=0.0, high=1.0)
+    power: float = rule(0.8, "power a design must have to detect a claim's stated effect before a null result "
+                             "counts as a refutation; below it the claim is not testable", low=0.0, high=1.0)
+
+    def __post_init__(self) -> None:
+        """Refuse a value outside its field's range, naming the rule and what is allowed."""
+        for f in dataclasses.fields(self):
+            value, low, high = getattr(self, f.name), f.metadata.get("low"), f.metadata.get("high")
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if value != value or (low is not None and value < low) or (high is not None and value > high):
+                allowed = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
+                raise ConfigError(f"rule {f.name} = {value!r} is invalid; use a number in {allowed}")
+
+    def stamp(self, stage: str = "analysis") -> dict[str, Any]:
+        """The rules read at `stage`, by name: what a cached analysis depends on."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"] == stage}
+
+    def sweeps(self) -> dict[str, tuple]:
+        """Rule name → the values its sensitivity sweep tries (swept rules only), in field order."""
+        return {f.name: f.metadata["sweep"] for f in dataclasses.fields(self) if f.metadata["sweep"]}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per rule: name, value, stage, reason and sweep, for the report's Methods section."""
+        return [{"rule": f.name, "value": getattr(self, f.name), "stage": f.metadata["stage"],
+                 "reason": f.metadata["reason"], "sweep": ", ".join(f"{v:g}" if isinstance(v, float) else str(v)
+                                                                    for v in f.metadata["sweep"])}
+                for f in dataclasses.fields(self)]
+
+    def changed(self, **values: Any) -> Rules:
+        """A copy with some rules changed (unknown names refused)."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown rule(s) {', '.join(unknown)}; the rules are {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **values)
