@@ -135,7 +135,7 @@ def five_instances():
 @pytest.mark.parametrize("max_rows", [3, 7])
 def test_llc_in_instance_groups_equals_one_batch(max_rows):
     model, tokens, targets = five_instances()
-    settings = SGLDSettings(chains=3, draws=20, batch_size=32, lr=1e-3, init_loss_batches=2)
+    settings = SGLDSettings(chains=3, draws=20, burnin=0, batch_size=32, lr=1e-3, init_loss_batches=2)
     whole = estimate_llc(model, ce_last, tokens, targets, settings)
     split = estimate_llc(model, ce_last, tokens, targets, settings, max_rows=max_rows)
     for field in ("llc_per_chain", "loss_trace", "init_loss", "init_loss_se", "acceptance", "llc_mean", "llc_se"):
@@ -147,7 +147,7 @@ def test_llc_in_instance_groups_equals_one_batch(max_rows):
 
 def test_llc_groups_and_their_measurement():
     model, tokens, targets = five_instances()
-    settings = SGLDSettings(chains=3, draws=4, batch_size=32)
+    settings = SGLDSettings(chains=3, draws=4, burnin=0, batch_size=32)
     assert instance_groups(model, ce_last, tokens, targets, settings, 7) == [(0, 2), (2, 4), (4, 5)]
     assert instance_groups(model, ce_last, tokens, targets, settings, None) == [(0, 5)]  # plainly fits
     with pytest.raises(ConfigError, match="max_rows = 2 is fewer than the 3 chains"):

@@ -9,10 +9,17 @@ identical resumes and refusals are printed at the end of the module (`pytest -s 
 from __future__ import annotations
 
 import collections
+import contextlib
+import errno
 import hashlib
+import itertools
 import json
 import os
+import re
+import resource
 import shutil
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,11 +32,11 @@ import pytest
 import torch
 from conftest import TINY
 
-from headway.cli.main import main
+from headway.cli.main import IO_EXIT, main
 from headway.errors import ConfigError
 from headway.llm.cache import ResponseCache
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors, read_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_tensors, read_tensors, save_tensors
 from headway.runs.store import load_model
 
 pytestmark = pytest.mark.slow
@@ -93,12 +100,11 @@ def train_args(hops: str, seeds: str, steps: int) -> list[str]:
 TRAIN = train_args("1,2", "0,1", 1500)
 
 
-def test_killed_training_resumes_to_identical_weights_and_metrics(tmp_path):
-    seconds = timed(headway(*TRAIN, "--out", str(tmp_path / "straight")))
-    landed = run_killed(headway(*TRAIN, "--out", str(tmp_path / "killed")), seconds, np.random.default_rng(1), "train")
-    straight, killed = layout.ensemble_dirs(tmp_path / "straight"), layout.ensemble_dirs(tmp_path / "killed")
-    assert [d.name for d in straight] == [d.name for d in killed] and len(straight) == 2
-    for a, b in zip(straight, killed, strict=True):
+def assert_same_training(first: Path, second: Path, ensembles: int) -> None:
+    """Two sweep folders hold the same ensembles with equal weights at every checkpoint, metrics and finals."""
+    straight, other = layout.ensemble_dirs(first), layout.ensemble_dirs(second)
+    assert [d.name for d in straight] == [d.name for d in other] and len(straight) == ensembles
+    for a, b in zip(straight, other, strict=True):
         assert checkpoint_steps(a) == checkpoint_steps(b)
         for step in checkpoint_steps(a):
             wa, wb = load_tensors(layout.checkpoint_path(a, step)), load_tensors(layout.checkpoint_path(b, step))
@@ -106,8 +112,150 @@ def test_killed_training_resumes_to_identical_weights_and_metrics(tmp_path):
         pd.testing.assert_frame_equal(layout.read_table(a / layout.METRICS), layout.read_table(b / layout.METRICS))
         finals = [[run["final"] for run in layout.read_json(d / layout.SUMMARY)["runs"]] for d in (a, b)]
         assert finals[0] == finals[1]
+
+
+def test_killed_training_resumes_to_identical_weights_and_metrics(tmp_path):
+    seconds = timed(headway(*TRAIN, "--out", str(tmp_path / "straight")))
+    landed = run_killed(headway(*TRAIN, "--out", str(tmp_path / "killed")), seconds, np.random.default_rng(1), "train")
+    assert_same_training(tmp_path / "straight", tmp_path / "killed", 2)
     TALLY["train: identical after resume"] += 1
     print(f"train: {landed} kill(s) landed in a {seconds:.1f} s run")
+
+
+# --- SIGTERM and SIGHUP, what a scheduler sends before it preempts ---------------------------------------
+
+SIGNALLED = train_args("1", "0,1", 800)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    """The signalled command run without a stop."""
+    out = tmp_path_factory.mktemp("straight")
+    timed(headway(*SIGNALLED, "--out", str(out)))
+    return out
+
+
+def wait_for(pattern: str, folder: Path, proc: subprocess.Popen, seconds: float = 300) -> None:
+    """Wait until a file matching `pattern` exists under `folder` (the process still running)."""
+    deadline = time.monotonic() + seconds
+    while not list(folder.glob(pattern)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the command ended before it trained"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_stop_signal_saves_and_the_same_command_resumes_to_identical_results(straight, signum, tmp_path):
+    """Slurm and Kubernetes send SIGTERM before they preempt (a closed session SIGHUP): training saves at the
+    next step, says so in one line and exits with 128 + the signal; the same command then ends where an
+    uninterrupted one does, to the bit."""
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(headway(*SIGNALLED, "--out", str(out)), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(f"*/{layout.RESUME}/{layout.LATEST}", out, proc)  # training has started
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 128 + signum and "Traceback" not in err, err
+    stopped = re.fullmatch(rf"headway: stopped by {signum.name} at step (\d+); run the same command again to resume",
+                           lines[-1])
+    assert stopped and len(lines) == 2 and 0 < int(stopped.group(1)) < 800, err
+    done = subprocess.run(headway(*SIGNALLED, "--out", str(out)), env=ENV, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert_same_training(straight, out, 1)
+    TALLY[f"{signum.name}: saved, resumed, identical"] += 1
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
+def test_a_stop_during_start_up_ends_with_one_line(signum, tmp_path):
+    """Ctrl-C or SIGTERM a second after the command starts (loading its modules, or already drawing its data):
+    one line and the signal's status, no traceback."""
+    proc = subprocess.Popen(headway(*train_args("1", "0", 100_000), "--out", str(tmp_path / "out")), env=ENV,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=300)
+    lines = [line for line in err.strip().splitlines() if not line.endswith(f"→ {tmp_path / 'out'}")]
+    assert proc.returncode == 128 + signum and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] in ("headway: aborted", f"headway: stopped by {signum.name}; everything saved so far is kept, "
+                        "run the same command again to continue") or " at step " in lines[0], err
+
+
+# --- a full disk, and pieces gone --------------------------------------------------------------------------
+
+
+def test_a_full_disk_stops_with_one_line_and_the_same_command_resumes_to_identical_results(trained, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """The 16th file written fails as on a full disk (ENOSPC, part of it written): the command ends with one
+    line and status 74; run again with space, it ends with the weights and metrics of an uninterrupted run."""
+    run_dir, args = trained
+    writes = itertools.count(1)
+    real = layout.atomic
+
+    @contextlib.contextmanager
+    def full_at_sixteenth(path: Path):
+        with real(path) as tmp:
+            if next(writes) == 16:  # the trainer file of the third save (steps 0, 1, 7: TINY's log-spaced)
+                tmp.write_bytes(b"part of a file")
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
+            yield tmp
+
+    monkeypatch.setattr(layout, "atomic", full_at_sixteenth)
+    out = tmp_path / "full"
+    assert main([*args, "--out", str(out)]) == IO_EXIT
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("headway:")]
+    assert len(err) == 1 and err[0].startswith("headway: error: No space left on device") and "kept" in err[0], err
+    (ensemble,) = layout.ensemble_dirs(out)
+    assert not list(ensemble.rglob("*.tmp")) and layout.read_json(ensemble / layout.RESUME / layout.LATEST)["step"] > 0
+    monkeypatch.setattr(layout, "atomic", real)
+    assert main([*args, "--out", str(out)]) == 0
+    assert_same_training(run_dir.parent, out, 1)
+    TALLY["full disk: one line, resumed, identical"] += 1
+
+
+def test_a_file_size_limit_of_the_system_stops_with_one_line(trained, tmp_path):
+    """A real write refused by the system (RLIMIT_FSIZE: EFBIG, as a full disk gives ENOSPC) while the first
+    checkpoint is saved: status 74, one line, no traceback; with the limit gone the same command trains."""
+    _, args = trained
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    command = headway(*args, "--out", str(tmp_path / "out"))
+    stopped = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=900, preexec_fn=limited)
+    lines = stopped.stderr.strip().splitlines()
+    assert stopped.returncode == IO_EXIT and "Traceback" not in stopped.stderr, stopped.stderr[-2000:]
+    assert lines[-1].startswith("headway: error: File too large") and len(lines) == 2, stopped.stderr
+    assert subprocess.run(command, env=ENV, capture_output=True, timeout=900).returncode == 0
+
+
+def test_missing_pieces_and_a_hand_made_config_are_refused_with_one_line(trained, tmp_path, capsys):
+    """A resume state without its weights, a finished ensemble without its metrics, and a config.json made by
+    hand (its checksum recomputed) that holds no valid runs: one line naming the file, status 2, nothing written."""
+    run_dir, args = trained
+    cases = []
+    resumable = tmp_path / "resumable" / run_dir.name
+    shutil.copytree(run_dir, resumable)
+    (resumable / layout.SUMMARY).unlink()
+    weights = resumable / layout.RESUME / layout.read_json(resumable / layout.RESUME / layout.LATEST)["dir"]
+    (weights / "weights.safetensors").unlink()
+    cases.append(([*args, "--out", str(resumable.parent)], resumable.parent,
+                  f"{weights / 'weights.safetensors'} is missing"))
+    finished = tmp_path / "finished" / run_dir.name
+    shutil.copytree(run_dir, finished)
+    (finished / layout.METRICS).unlink()
+    cases.append(([*args, "--out", str(finished.parent)], finished.parent, f"{finished / layout.METRICS} is missing"))
+    for n, runs in enumerate([None, "x", [{"layers": "deep"}], [{"unknown": 1}], [["layers", 2]], []]):
+        made = tmp_path / f"made{n}" / "ensemble"
+        layout.write_json(made / layout.CONFIG, {} if runs is None else {"runs": runs})
+        cases.append((["show", str(made.parent)], made.parent, f"{made / layout.CONFIG} is damaged"))
+    for argv, folder, message in cases:
+        before = _digests(folder)
+        assert main(argv) == 2, argv
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("headway: error")]
+        assert len(err) == 1 and message in err[0], (argv, err)
+        assert _digests(folder) == before
+        TALLY["missing or hand-made files refused"] += 1
 
 
 STUDIES = {
@@ -180,33 +328,57 @@ def _same(a, b) -> bool:
     return a == b
 
 
+def assert_refused_or_exact(path: Path, read: Callable, damage: str, rng: np.random.Generator, scratch: Path) -> None:
+    """`path` damaged at 150 random offsets (one byte XORed with a random non-zero mask) or truncated at 40 random
+    lengths, each copy read with `read`: it raises a one-line ConfigError naming the copy, or returns exactly what
+    `read` returns for the intact file. Never other numbers."""
+    original, expected = path.read_bytes(), read(path)
+    copy = scratch / path.name
+    positions = rng.choice(len(original), size=min(150 if damage == "flip" else 40, len(original)), replace=False)
+    for position in positions:
+        data = bytearray(original)
+        if damage == "flip":
+            data[position] ^= int(rng.integers(1, 256))
+        else:
+            data = data[:position]
+        copy.write_bytes(bytes(data))
+        try:
+            got = read(copy)
+        except ConfigError as err:
+            assert str(copy) in str(err) and "\n" not in str(err) and "is damaged" in str(err)
+            TALLY["damaged files refused"] += 1
+            continue
+        assert _same(expected, got), f"{path.name}: {damage} at byte {position} was read as other contents"
+        TALLY["damaged files read exactly (the damage changed nothing read)"] += 1
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_every_damaged_run_file_is_refused_naming_it_or_read_exactly(trained, damage, tmp_path):
-    """Each file headway reads back, damaged at 150 random offsets (one byte XORed with a random
-    non-zero mask) or truncated at 40 random lengths: the reader raises a ConfigError naming the file,
-    or returns exactly what was written. Never other numbers."""
+    """Each file headway reads back from a run, damaged byte by byte (`assert_refused_or_exact`)."""
     run_dir, _ = trained
     rng = np.random.default_rng(7)
     for name, read in _readers(run_dir).items():
-        original = (run_dir / name).read_bytes()
-        expected = read(run_dir / name)
-        copy = tmp_path / Path(name).name
-        positions = rng.choice(len(original), size=min(150 if damage == "flip" else 40, len(original)), replace=False)
-        for position in positions:
-            data = bytearray(original)
-            if damage == "flip":
-                data[position] ^= int(rng.integers(1, 256))
-            else:
-                data = data[:position]
-            copy.write_bytes(bytes(data))
-            try:
-                got = read(copy)
-            except ConfigError as err:
-                assert str(copy) in str(err) and "\n" not in str(err) and "is damaged" in str(err)
-                TALLY["damaged files refused"] += 1
-                continue
-            assert _same(expected, got), f"{name}: {damage} at byte {position} was read as other contents"
-            TALLY["damaged files read exactly (the damage changed nothing read)"] += 1
+        assert_refused_or_exact(run_dir / name, read, damage, rng, tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_every_damaged_analysis_llm_and_export_file_is_refused_naming_it_or_read_exactly(damage, tmp_path):
+    """The other kinds of file headway reads back: a study's analysis tensors (as the sorting study keeps its
+    circuits), an llm-eval summary and the predictions whose checksum it holds, and checked bytes (the export's
+    weights and config), each damaged byte by byte."""
+    folder = tmp_path / "written"
+    circuits = folder / "circuits.safetensors"
+    save_tensors(circuits, {"ov": torch.randn(3, 2, 5, 5), "scores": torch.randn(3, 2, 5)}, {"run_ids": "a,b,c"})
+    predictions = "id,formulation,hops,acc\nF1-1-0,F1,1,True\nF1-1-1,F1,1,False\n"
+    checksums = {"predictions.csv": layout.write_text(folder / "predictions.csv", predictions),
+                 "model.safetensors": layout.write_bytes(folder / "model.safetensors", bytes(range(256)) * 4)}
+    layout.write_json(folder / "summary.json", {"meta": {"model": "m", "seed": 0}, "checksums": checksums})
+    readers = {circuits: read_tensors, folder / "summary.json": layout.read_json,
+               folder / "predictions.csv": lambda path: layout.read_text(path, checksums["predictions.csv"]),
+               folder / "model.safetensors": lambda path: layout.read_bytes(path, checksums["model.safetensors"])}
+    rng = np.random.default_rng(8)
+    for path, read in readers.items():
+        assert_refused_or_exact(path, read, damage, rng, tmp_path)
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -254,3 +426,33 @@ def test_a_damaged_checkpoint_and_a_damaged_answer_cache_are_refused(trained, tm
     (tmp_path / "cache.sqlite").write_bytes(raw[:100])
     with pytest.raises(ConfigError, match="cache.sqlite"):
         ResponseCache(tmp_path / "cache.sqlite").get_many(["k"])
+
+
+def test_a_cache_row_without_a_checksum_and_bit_flips_of_the_cache_never_give_other_answers(tmp_path):
+    """A row edited to a bare number (as a cache from before answers were checksummed holds) is refused, not read as
+    an answer; and 150 single-bit flips anywhere in the file are each refused with one line naming it, or leave
+    every answer still found exactly what was stored (a row no longer found is asked again, never misread)."""
+    path = tmp_path / "cache.sqlite"
+    answers = {f"key{i}": -1.25 - i for i in range(40)}
+    with ResponseCache(path) as cache:
+        cache.put_many(answers)
+    raw = path.read_bytes()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE responses SET value = '-9.5' WHERE key = 'key3'")
+    with pytest.raises(ConfigError, match="cache.sqlite is damaged .an answer without a checksum"), \
+            ResponseCache(path) as cache:
+        cache.get_many(["key3"])
+    rng = np.random.default_rng(9)
+    for position, bit in zip(rng.choice(len(raw), 150, replace=False), rng.integers(0, 8, 150), strict=True):
+        data = bytearray(raw)
+        data[position] ^= 1 << int(bit)
+        path.write_bytes(bytes(data))
+        try:
+            with ResponseCache(path) as cache:
+                found = cache.get_many(answers)
+        except ConfigError as err:
+            assert str(path) in str(err) and "\n" not in str(err)
+            TALLY["damaged caches refused"] += 1
+            continue
+        assert all(answers[key] == value for key, value in found.items()), position
+        TALLY["damaged caches read exactly"] += 1

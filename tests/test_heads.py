@@ -18,6 +18,7 @@ from headway.tasks.retrieval.roles import attention_roles, name_circuit
 from headway.tasks.retrieval.solver import solve
 
 TASK = RetrievalConfig(vocab=12, chains=3, hops=2)
+SUFFICIENT, RANDOM_SETS = 0.8, 49  # the stacked-heads study's defaults (RetrievalRules)
 
 
 def _hand_patterns(cfg: RetrievalConfig, batch, smap) -> np.ndarray:
@@ -128,7 +129,7 @@ def test_ablating_the_head_that_carries_the_answer_drops_to_chance_and_others_co
     heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention)
     assert heads.set_index("head").loc[0, "role"] == "query→hop1"
     assert list(heads.in_circuit) == [True, False]
-    check = circuit_check(heads, intervention).iloc[0]
+    check = circuit_check(heads, intervention, SUFFICIENT, RANDOM_SETS).iloc[0]
     assert check.circuit_ablated_accuracy < 0.4 and check.circuit_resample_accuracy < 0.4
     assert check.rest_ablated_accuracy == 1.0 and check.faithfulness > 0.99
     assert check.minimal_circuit == "L1H0"
@@ -165,9 +166,10 @@ def test_a_circuit_of_every_head_cannot_beat_random_sets_and_an_insufficient_one
     model = _retrieval_head_model(cfg)
     effects, intervention = _scores_and_effects(model, cfg, 6)
     heads = name_circuit(effects, intervention)
-    everything = circuit_check(heads.assign(in_circuit=True), intervention).iloc[0]
+    everything = circuit_check(heads.assign(in_circuit=True), intervention, SUFFICIENT, RANDOM_SETS).iloc[0]
     assert everything.p_necessary == 1.0 and everything.p_sufficient == 1.0  # every set of size 2 is this set
-    useless = circuit_check(heads.assign(in_circuit=heads["head"] == 1), intervention).iloc[0]
+    useless = circuit_check(heads.assign(in_circuit=heads["head"] == 1), intervention, SUFFICIENT,
+                            RANDOM_SETS).iloc[0]
     assert useless.faithfulness < 0.1 and useless.minimal_heads == 1  # insufficient: returned whole, not searched
 
 

@@ -200,8 +200,11 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
     assert gap <= 3 * math.hypot(*se_of_mean(first))
     frame = first.to_frame()
     assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "llc_se", "init_loss", "init_loss_se",
-                                   "acceptance", *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings"]
-    assert frame.shape == (2, 15)
+                                   "acceptance", "draw_loss", "chance_loss", "basin_fraction",
+                                   *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings", "invalid"]
+    assert frame.shape == (2, 19)
+    np.testing.assert_allclose(frame.draw_loss, first.loss_trace.mean(axis=(1, 2)), rtol=1e-6)
+    assert frame.chance_loss.isna().all() and frame.basin_fraction.isna().all()  # no chance loss given
     assert first.settings["nbeta"] == pytest.approx(default_nbeta(128)) == pytest.approx(128 / math.log(128))
 
 
@@ -334,7 +337,7 @@ def test_init_loss_averages_distinct_batches_of_each_instances_pool():
             seen.append((xb.clone(), yb.clone()))
         return half_mse(m, xb, yb)
 
-    settings = SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=4, init_batch_size=64)
+    settings = SGLDSettings(chains=2, draws=1, burnin=0, batch_size=64, init_loss_batches=4, init_batch_size=64)
     result = estimate_llc(model, recording, x, y, settings)
     assert len(seen) == 4
     with torch.no_grad():
@@ -344,13 +347,14 @@ def test_init_loss_averages_distinct_batches_of_each_instances_pool():
         rows = {tuple(row.tolist()): i for i, row in enumerate(x[e])}
         used = [rows[tuple(row.tolist())] for xb, _ in seen for row in xb[e]]  # KeyError: not its pool
         assert len(set(used)) == 4 * 64
-    whole = estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, batch_size=64, init_batch_size=100))
+    whole = estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, burnin=0, batch_size=64,
+                                                             init_batch_size=100))
     with torch.no_grad():  # the default is the whole pool (here 5 batches of 100 and one of 12)
         np.testing.assert_allclose(whole.init_loss, half_mse(model, x, y).numpy(), rtol=1e-5)
     np.testing.assert_array_equal(whole.init_loss_se, [0.0, 0.0])
     with pytest.raises(ConfigError, match="init_loss_batches = 9 of 64 examples is more than the pool of 512"):
-        estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, batch_size=64, init_loss_batches=9,
-                                                         init_batch_size=64))
+        estimate_llc(model, half_mse, x, y, SGLDSettings(chains=2, draws=1, burnin=0, batch_size=64,
+                                                         init_loss_batches=9, init_batch_size=64))
 
 
 def test_init_loss_error_shrinks_with_more_data_and_enters_the_llc_error_bar():
@@ -412,7 +416,7 @@ def test_mala_acceptance_is_one_for_a_tiny_step_and_warns_for_a_huge_one():
 
 def test_too_large_step_freezes_the_chain_and_says_so():
     model, x, y = regression(1, 6, seed=6)
-    result = estimate_llc(model, half_mse, x, y, SGLDSettings(lr=1.0, localization=1.0, chains=2, draws=60,
+    result = estimate_llc(model, half_mse, x, y, SGLDSettings(lr=1.0, localization=1.0, chains=2, draws=60, burnin=0,
                                                               batch_size=512))
     assert np.isnan(result.llc_per_chain).all() and np.isnan(result.llc_mean[0])
     messages = [w for w in result.warnings if "non-finite" in w]
@@ -425,7 +429,7 @@ def test_diverging_instance_is_named():
     # ε(nβ·h + γ)/2 ≈ 2.1 > 2 for instance 0 (unstable, but finite over 100 steps); its inputs scaled
     # by 0.5 give instance 1 a quarter of the curvature, where the same ε is stable.
     model, x, y = regression(2, 6, seed=7, scales=[1.0, 0.5])
-    result = estimate_llc(model, half_mse, x, y, SGLDSettings(lr=0.05, localization=1.0, chains=4, draws=100,
+    result = estimate_llc(model, half_mse, x, y, SGLDSettings(lr=0.05, localization=1.0, chains=4, draws=100, burnin=0,
                                                               batch_size=512))
     assert np.isfinite(result.llc_per_chain).all()
     diverging = [w for w in result.warnings if "diverges" in w or "climbing" in w]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -93,10 +94,10 @@ def test_a_plain_module_gives_the_ensemble_paths_numbers():
 def test_same_seed_same_numbers_and_the_module_is_untouched():
     model, x, y = mlp_classifier()
     before = [p.detach().clone() for p in model.parameters()]
-    settings = SGLDSettings(lr=1e-3, chains=2, draws=20, batch_size=64, seed=3)
+    settings = SGLDSettings(lr=1e-3, chains=2, draws=20, burnin=0, batch_size=64, seed=3)
     first, again = (estimate_llc(model, mean_ce, x, y, settings) for _ in range(2))
     np.testing.assert_array_equal(first.loss_trace, again.loss_trace)
-    other = estimate_llc(model, mean_ce, x, y, SGLDSettings(lr=1e-3, chains=2, draws=20, batch_size=64, seed=4))
+    other = estimate_llc(model, mean_ce, x, y, replace(settings, seed=4))
     assert not np.array_equal(first.loss_trace, other.loss_trace)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
@@ -227,7 +228,7 @@ def test_per_head_masks_work_on_a_plain_module_with_transformer_lens_names():
 
 def test_bad_plain_modules_and_losses_are_named():
     model, x, y = mlp_classifier(n=256)
-    settings = SGLDSettings(chains=2, draws=3, batch_size=32)
+    settings = SGLDSettings(chains=2, draws=3, burnin=0, batch_size=32)
     with pytest.raises(ConfigError, match="must return the batch's mean loss, a scalar"):
         estimate_llc(model, lambda m, xb, yb: F.cross_entropy(m(xb), yb, reduction="none"), x, y, settings)
     with pytest.raises(ConfigError, match="has no parameters"):

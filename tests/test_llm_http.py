@@ -13,6 +13,7 @@ import pytest
 from conftest import free_port
 
 from headway.errors import ConfigError
+from headway.limits import MAX_BACKOFF_S, MAX_RETRIES
 from headway.llm.backend import Backend, BackendError, LoglikRequest
 from headway.llm.cache import CachedBackend, ResponseCache, request_key
 from headway.llm.http import OpenAIBackend
@@ -252,6 +253,15 @@ def test_unreachable_server_fails_after_the_retries(sleeps):
     backend.close()
 
 
+def test_backoff_doubles_up_to_its_cap(sleeps):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    backend = OpenAIBackend("m", url, timeout=5.0, retries=MAX_RETRIES, backoff=1.0, sleep=sleeps.append)
+    with pytest.raises(BackendError, match=f"after {MAX_RETRIES + 1} attempts"):
+        backend.loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert sleeps == [min(2.0**i, MAX_BACKOFF_S) for i in range(MAX_RETRIES)] and max(sleeps) == MAX_BACKOFF_S
+    backend.close()
+
+
 def test_timeout_fails_after_the_retries(connect, server, sleeps):
     server.stall = 1.0
     with pytest.raises(BackendError, match=r"/completions failed after 2 attempts; last error: no reply within 0.3 s"):
@@ -327,13 +337,17 @@ def test_api_key_header_only_when_given(connect, server):
 
 
 @pytest.mark.parametrize("settings, message", [
-    ({"timeout": 0}, r"timeout = 0 is invalid; use a number in \(0, inf\)"),
+    ({"timeout": 0}, r"timeout = 0 is invalid; use a number in \(0, 3600\]"),
     ({"timeout": float("inf")}, "timeout = inf is invalid"),
-    ({"retries": -1}, "retries = -1 is invalid; use an integer >= 0"),
+    ({"timeout": 1e12}, r"timeout = 1000000000000.0 is invalid; use a number in \(0, 3600\]"),
+    ({"retries": -1}, "retries = -1 is invalid; use an integer in 0..10"),
+    ({"retries": 10**12}, "retries = 1000000000000 is invalid; use an integer in 0..10"),
     ({"retries": 1.5}, "retries = 1.5 is not an integer"),
-    ({"backoff": -1.0}, r"backoff = -1.0 is invalid; use a number in \[0, inf\)"),
-    ({"concurrency": 0}, "concurrency = 0 is invalid; use an integer >= 1"),
+    ({"backoff": -1.0}, r"backoff = -1.0 is invalid; use a number in \[0, 60\]"),
+    ({"concurrency": 0}, "concurrency = 0 is invalid; use an integer in 1..256"),
     ({"base_url": "localhost:8000/v1"}, "base URL 'localhost:8000/v1' is invalid; use an http:// or https:// URL"),
+    ({"base_url": "http://[::1"}, r"base URL 'http://\[::1' is invalid"),
+    ({"base_url": "http://host:port/v1"}, "base URL 'http://host:port/v1' is invalid"),
 ])
 def test_bad_settings_are_config_errors(settings, message):
     with pytest.raises(ConfigError, match=message):

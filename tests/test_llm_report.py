@@ -6,6 +6,7 @@ import json
 import shutil
 from html import escape
 
+import numpy as np
 import pandas as pd
 import pytest
 from PIL import Image
@@ -17,6 +18,7 @@ from headway.llm.evaluate import summarise
 from headway.llm.report import verdict, write_report
 from headway.llm.run import BackendSettings, run_llm_eval
 from headway.plots.llm import accuracy_vs_hops
+from headway.runs import layout
 from headway.tasks.retrieval.prompts.questions import QuestionSet, make_questions
 
 N = 40
@@ -239,8 +241,60 @@ def damage(folder, how):
         (folder / "summary.json").write_text("{", encoding="utf-8")
 
 
+def unchecked(folder):
+    """The folder as headway wrote it before its outputs were checksummed: summary.json plain JSON."""
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    summary.pop(layout.DIGEST_KEY)
+    summary.pop("checksums")
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return folder
+
+
+def rewrite_refused(folder, capsys, *extra):
+    """Run `--rewrite-report` on `folder`, assert it is refused with one line and writes nothing; the line."""
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert main(["llm-eval", "--rewrite-report", "--out", str(folder), *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("headway: error: ") and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    return err
+
+
 @pytest.mark.parametrize(("how", "message"), [
     ("missing", "holds no llm-eval output to rewrite: predictions.csv missing"),
+    ("empty", "predictions.csv is damaged (its contents differ from the checksum"),
+    ("cut short", "predictions.csv is damaged (its contents differ from the checksum"),
+    ("answer edited", "predictions.csv is damaged (its contents differ from the checksum"),
+    ("metric edited", "predictions.csv is damaged (its contents differ from the checksum"),
+    ("column dropped", "predictions.csv is damaged (its contents differ from the checksum"),
+    ("other seed", "summary.json is damaged (its contents differ from its checksum"),
+    ("no settings", "summary.json has no checksum: written by a headway from before"),
+    ("summary not json", "summary.json is damaged (not valid JSON"),
+])
+def test_rewrite_report_refuses_a_damaged_folder_in_one_line(folder, capsys, how, message):
+    damage(folder, how)
+    assert message in rewrite_refused(folder, capsys)
+
+
+def test_rewrite_report_refuses_a_summary_edited_with_its_checksum_recomputed(folder, capsys):
+    summary = layout.read_json(folder / "summary.json")
+    summary["meta"]["seed"] = 5
+    layout.write_json(folder / "summary.json", summary)
+    assert "predictions.csv does not match the questions its summary.json describes (line 2 holds" in \
+        rewrite_refused(folder, capsys)
+
+
+def test_rewrite_report_takes_an_unchecked_folder_only_when_adopted(folder, capsys):
+    unchecked(folder)
+    assert f"--rewrite-report --adopt-unchecked --out {folder}" in rewrite_refused(folder, capsys)
+    assert main(["llm-eval", "--rewrite-report", "--adopt-unchecked", "--out", str(folder)]) == 0
+    assert "checksums" in layout.read_json(folder / "summary.json")
+    assert main(["llm-eval", "--rewrite-report", "--out", str(folder)]) == 0
+    capsys.readouterr()
+    assert "is not an unchecked summary to adopt" in rewrite_refused(folder, capsys, "--adopt-unchecked")
+
+
+@pytest.mark.parametrize(("how", "message"), [
     ("empty", "predictions.csv cannot be read as llm-eval output (EmptyDataError"),
     ("cut short", "predictions.csv does not match the questions its summary.json describes (11 rows for 12"),
     ("answer edited", "predictions.csv does not match the questions its summary.json describes (line 4 holds"),
@@ -250,13 +304,21 @@ def damage(folder, how):
     ("no settings", "summary.json does not say which questions were asked: no formulations, max_hops"),
     ("summary not json", "summary.json cannot be read as llm-eval output (JSONDecodeError"),
 ])
-def test_rewrite_report_refuses_a_damaged_folder_in_one_line(folder, capsys, how, message):
-    damage(folder, how)
-    report = (folder / "report.html").read_bytes()
-    assert main(["llm-eval", "--rewrite-report", "--out", str(folder)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("headway: error: ") and err.count("\n") == 1 and message in err, err
-    assert (folder / "report.html").read_bytes() == report
+def test_an_adopted_folder_is_still_checked_against_its_questions(folder, capsys, how, message):
+    damage(unchecked(folder), how)
+    assert message in rewrite_refused(folder, capsys, "--adopt-unchecked")
+
+
+def test_every_single_bit_flip_of_the_predictions_is_refused(folder, capsys):
+    """150 single-bit flips of predictions.csv at seeded offsets: every one is refused (the sweep found 23 of 150
+    read as other results before predictions were checksummed)."""
+    original = (folder / "predictions.csv").read_bytes()
+    rng = np.random.default_rng(11)
+    for position, bit in zip(rng.choice(len(original), 150, replace=False), rng.integers(0, 8, 150), strict=True):
+        flipped = bytearray(original)
+        flipped[position] ^= 1 << int(bit)
+        (folder / "predictions.csv").write_bytes(bytes(flipped))
+        assert "predictions.csv is damaged" in rewrite_refused(folder, capsys)
 
 
 def test_rewrite_report_refuses_the_options_it_would_ignore(folder, capsys):

@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from headway.analysis.llc import SGLDSettings
 from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs.config import RunConfig, expand_grid, group_runs
 from headway.runs.store import final_metrics, load_model
+from headway.studies.modular.plan import ModularPlan
+from headway.studies.modular.rules import ModularRules
+from headway.studies.modular.study import ModularStudy
 from headway.studies.modular.tables import run_steps
 from headway.tasks.modular import ModularConfig
 from headway.tasks.modular.fourier import (
@@ -109,13 +113,38 @@ def test_data_and_study_commands(tmp_path, capsys):
     assert "train_fraction = 1.5" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
+    """Two tiny runs (p = 23, 60 steps: nothing groks) from training to the report: the verdicts carry p, α
+    and power, summary.json the rules, the grokking counts and the LLC rise and fall, the report its Methods."""
+    settings = {**scale_settings("cpu", "modular"), "modulus": 23, "d_model": 32, "d_mlp": 64, "heads": 2,
+                "steps": 60, "eval_every": 20, "checkpoint_every": 20, "log_checkpoints": 3}
+    plan = ModularPlan("cpu", train_fractions=(0.4,), weight_decays=(1.0, 0.0), seeds=(0,), settings=settings,
+                       sgld=SGLDSettings(lr=1e-4, chains=2, draws=10, burnin=5, batch_size=64, init_loss_batches=None),
+                       llc_checkpoints=3)
+    html = ModularStudy(plan, tmp_path, device="cpu", progress=False).run().read_text()
+    for section in ("Claims checked", "Sensitivity to the rules", "Methods: the rules", "estimator&#x27;s relative bias"):
+        assert section in html
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rules"] == ModularRules().to_dict()
+    assert summary["llc_bias"] > 0.5  # the known-answer suite at these tiny SGLD settings: far off, and said so
+    assert [(row["weight_decay"], row["runs"], row["grokked"]) for row in summary["grokking"]] == [(1.0, 1, 0),
+                                                                                                   (0.0, 1, 0)]
+    assert len(summary["llc"]) == 2 and all(0 <= row["rise"] <= 1 for row in summary["llc"])
+    found = {v["claim"].split(":")[0].split(",")[0]: v for v in summary["verdicts"]}
+    assert len(found) == 5 and all(v["status"] == "not testable" for v in found.values())
+    groks = found["With weight decay the model groks"]
+    assert groks["p_value"] == 1.0 and groks["alpha"] == 0.05 and groks["power"] == 0.0
+    assert "no traced run grokked" in found["The LLC rises while the model memorises and falls as it groks"]["evidence"]
+
+
 @pytest.mark.slow
 def test_a_cpu_scale_run_groks_with_weight_decay_and_finds_a_handful_of_frequencies(tmp_path):
     """With weight decay: training accuracy 100% first, test ≥ 95% at least twice as late; the grokked
     embedding holds most of its norm on a few frequencies, against a spread-out one at initialisation."""
     runs = expand_grid(scale_settings("cpu", "modular"), {"weight_decay": [1.0], "seed": [0, 1]})
     metrics = train_runs(runs, tmp_path, device="cpu", progress=False)
-    steps = run_steps(metrics).set_index("run_id")
+    steps = run_steps(metrics, ModularRules()).set_index("run_id")
     final = final_metrics(metrics).set_index("run_id")
     for run in runs:
         row = steps.loc[run.run_id]

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from headway.cli.options import parse_values
 from headway.errors import ConfigError
+from headway.limits import MAX_LIST
 from headway.tasks.modular import ModularConfig
 from headway.tasks.retrieval import CURRICULA, LAYOUTS, ORDERS, RetrievalConfig, generate
 from headway.tasks.retrieval.solver import solve_batch
@@ -32,7 +33,8 @@ def retrieval_configs(draw) -> RetrievalConfig:
     return RetrievalConfig(vocab=needed + draw(st.integers(0, 6)), chains=chains, hops=hops,
                            layout=draw(st.sampled_from(LAYOUTS)), order=draw(st.sampled_from(ORDERS)),
                            curriculum=draw(st.sampled_from(CURRICULA)), conditional=conditional,
-                           relations=draw(st.integers(2, 3)), classes=draw(st.integers(1, 3)))
+                           **({"relations": draw(st.integers(2, 3)), "classes": draw(st.integers(1, 3))}
+                              if conditional else {}))
 
 
 @FAST
@@ -102,9 +104,22 @@ def test_retrieval_settings_either_build_or_are_refused_with_a_config_error(voca
 
 
 @FAST
-@given(st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=8))
+@given(st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=8, unique=True))
 def test_integer_lists_round_trip_through_the_option_text(values):
     assert parse_values("seed", ",".join(map(str, values)), int) == values
+
+
+@FAST
+@given(st.lists(st.integers(-5, 5), min_size=1, max_size=8).filter(lambda values: len(set(values)) < len(values)))
+def test_a_list_that_repeats_a_value_is_refused(values):
+    with pytest.raises(ConfigError, match="^--seed lists .* twice; give each value once"):
+        parse_values("seed", ",".join(map(str, values)), int)
+
+
+@pytest.mark.parametrize("text", ["0..10000", "0..1e12", "5,0..9999"])
+def test_a_list_longer_than_the_limit_is_refused_before_it_is_spelt_out(text):
+    with pytest.raises(ConfigError, match=f"a list holds at most {MAX_LIST}"):
+        parse_values("seed", text, int)
 
 
 @FAST

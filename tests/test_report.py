@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import base64
 import re
+from html import escape
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from headway.report.html import Report
+from headway.report.html import Report, _inline, code_span
 
 PNG_SRC = '<img src="data:image/png;base64,'
 
@@ -145,3 +148,12 @@ def test_wide_tables_scroll_inside_the_page_instead_of_widening_it():
     html = Report("t").table(df, "forty columns").key_values({"path": "x" * 300}).render()
     assert html.count('<div class="wide"><table') == 2 and html.count("</table></div>") == 2
     assert ".wide { overflow-x: auto; max-width: 100%; }" in html
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("`` a*<>&\"'b"), min_size=1, max_size=12))
+def test_a_code_span_shows_any_text_exactly(text):
+    """Model ids and replies go into the report as code spans: whatever backticks, spaces, stars or markup they
+    hold, the span renders as exactly that text in one closed <code> element."""
+    assert _inline(f"model {code_span(text)} · backend `hf`") == (
+        f"model <code>{escape(text)}</code> · backend <code>hf</code>")

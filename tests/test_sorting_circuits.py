@@ -14,8 +14,9 @@ from headway.model.transformer import EnsembleTransformer
 from headway.plots.circuits import plot_circuits, plot_diagonal_scores
 from headway.studies.sorting.analyse import untrained_scores
 from headway.studies.sorting.plan import study_plan
+from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables
-from headway.studies.sorting.verdicts import sensitivity_text, threshold_sensitivity
+from headway.studies.sorting.verdicts import SPLITTING_CLAIM, sensitivity_text, threshold_sensitivity
 from headway.tasks.sorting import SortingConfig, encode, generate
 from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.tasks.sorting.effects import (
@@ -26,7 +27,6 @@ from headway.tasks.sorting.effects import (
     gap_bins,
 )
 from headway.tasks.sorting.modes import (
-    SWEEP,
     ModeThresholds,
     classify_modes,
     copy_sets,
@@ -434,30 +434,36 @@ def test_threshold_sweep_shows_where_a_mode_flips():
     scores = diagonal_scores(ov)
     assert torch.allclose(scores[0, 1, :25], torch.full((25,), 3.25), atol=1e-4)
     assert torch.allclose(scores[0, 0, :25], torch.full((25,), 5.0), atol=1e-4)
-    sweep = threshold_sweep(ov, _noise(9, 2, 2, V + 1, V))
-    assert len(sweep) == 2 * sum(len(values) for values in SWEEP.values())
+    rules = SortingRules()
+    sweep = threshold_sweep(ov, _noise(9, 2, 2, V + 1, V), rules.mode_sweeps(), rules.mode_thresholds())
+    assert len(sweep) == 2 * sum(len(values) for values in rules.mode_sweeps().values())
     copy = sweep[(sweep.threshold == "copy") & (sweep.instance == 0)].set_index("value")["mode"]
     assert copy.to_dict() == {2.0: "overlapping", 2.5: "overlapping", 3.0: "overlapping", 3.5: "splitting",
                               4.0: "splitting", 4.5: "splitting"}  # the flanks count below 3.25
     overlap = sweep[(sweep.threshold == "max_overlap") & (sweep.instance == 1)].set_index("value")["mode"]
     assert overlap.to_dict() == {0.2: "overlapping", 0.3: "splitting", 0.4: "splitting", 0.5: "splitting"}  # J = 13/51
 
-    final = pd.DataFrame({"run_id": ["a", "b"], "mode": ["splitting", "splitting"], "weight_decay": [0.0, 0.005],
-                          "data": "uniform", "seed": [0, 1], "val_accuracy": 0.99, "suppress_fraction_h0": 0.0})
+    # ten runs like instance 0 without weight decay, ten like instance 1 with: the verdicts at every swept value
+    final = pd.DataFrame({"run_id": [f"r{i}" for i in range(20)], "instance": [0] * 10 + [1] * 10,
+                          "mode": "splitting", "weight_decay": [0.0] * 10 + [0.005] * 10, "data": "uniform",
+                          "seed": range(20), "val_accuracy": 0.99, "val_list_accuracy": 0.9,
+                          "ar_token_accuracy": 0.98, "suppress_fraction_h0": 0.0})
     tables = SortingTables(final=final, fractions=pd.DataFrame(), gap_test=None, development=[],
                            weight_decays=(0.0, 0.005), ablation=pd.DataFrame(), dla=pd.DataFrame(),
-                           sweep=sweep.assign(run_id=sweep.instance.map({0: "a", 1: "b"})))
-    sensitivity = threshold_sensitivity(tables)
-    claim = "Vocabulary-splitting appears with and without weight decay"
-    statuses = sensitivity[(sensitivity.claim == claim) & (sensitivity.threshold == "copy")].set_index("value").status
-    assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"
-    assert sensitivity_text(sensitivity, claim, "reproduced") == (
+                           sweep=final[["run_id", "instance"]].merge(sweep, on="instance"))
+    sensitivity = threshold_sensitivity(tables, rules)
+    statuses = sensitivity[(sensitivity.claim == SPLITTING_CLAIM) & (sensitivity.threshold == "copy")].set_index(
+        "value").status
+    assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"  # 0/10 split at wd 0, with power 0.89
+    assert sensitivity_text(sensitivity, SPLITTING_CLAIM, "reproduced") == (
         "Threshold sweep: copy — same status at 3.5, 4, 4.5, not reproduced at 2, 2.5, 3; "
-        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2.")
+        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2; "
+        "learned — same status at every value swept (0.9–0.99).")
     steady = sensitivity.assign(status="reproduced")
-    assert sensitivity_text(steady, claim, "reproduced") == (
+    assert sensitivity_text(steady, SPLITTING_CLAIM, "reproduced") == (
         "Threshold sweep: copy — same status at every value swept (2–4.5); "
-        "max_overlap — same status at every value swept (0.2–0.5).")
+        "max_overlap — same status at every value swept (0.2–0.5); "
+        "learned — same status at every value swept (0.9–0.99).")
 
 
 def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():
@@ -468,3 +474,9 @@ def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():
     assert scores.shape == (300, 2, V) and abs(float(scores.std()) - 1) < 0.05
     assert noise_threshold(scores, 2 * V) == ModeThresholds().copy
     assert noise_threshold(scores, 2 * V, rate=0.5) < ModeThresholds().copy  # a looser noise budget: lower
+    # splitting needs two copiers: no untrained model has two at any swept copy threshold, so the rule calls
+    # none of the 300 splitting (the study's splitting_noise_rate, 0.05, bounds this from above)
+    rules = SortingRules()
+    for copy in rules.sweeps()["copy"]:
+        copiers = ((scores > copy).float().mean(dim=-1) >= rules.min_fraction).sum(dim=-1)
+        assert int(copiers.max()) < 2, copy

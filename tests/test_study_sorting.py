@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from headway.analysis.development import development, trace_steps
 from headway.analysis.llc import SGLDSettings
@@ -15,8 +15,10 @@ from headway.analysis.stages import label_stages, llc_turns, loss_plateaus, stag
 from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.studies.sorting.plan import SortingPlan, gpu_projection, study_plan
+from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.study import SortingStudy
 from headway.studies.sorting.verdicts import llc_rises_then_falls
+from headway.studies.verdict import judge
 from headway.tasks.registry import scale_settings
 
 SMALL = {**scale_settings("cpu", "sorting"), "length": 5, "values": 16, "d_model": 32, "d_head": 16, "steps": 150,
@@ -93,19 +95,20 @@ def test_checkpoints_with_negative_or_diverged_llc_never_make_the_peak():
     assert nothing.peak_step == -1 and not nothing.rises_then_falls and len(nothing.excluded) == 8
 
 
-def test_llc_verdict_states_its_refutation_and_aggregates_seeds():
+def test_llc_verdict_states_its_test_and_groups_seeds_by_condition():
+    rules = SortingRules()
     falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1)
     no_rise = development("b", *traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380], seed=1, run_id="b"),
                           fall=0.1)
-    verdict = llc_rises_then_falls(SimpleNamespace(development=[no_rise]))
-    assert verdict.status == "not reproduced"
-    assert verdict.evidence.startswith("Refuted unless, among valid checkpoints (λ̂ > 0")
-    assert "uniform, no wd: 0 of 1 seeds" in verdict.evidence
-    assert "no rise: the peak is the first valid checkpoint" in verdict.evidence
-    assert "left out: step 0–10 (4 checkpoints): λ̂ ≤ 0" in verdict.evidence
-    both = llc_rises_then_falls(SimpleNamespace(development=[falls, no_rise]))
-    assert both.status == "partly reproduced" and "uniform, no wd: 1 of 2 seeds (seed 0: λ̂ 200 at step 3" in \
-        both.evidence
+    alone = judge([llc_rises_then_falls([no_rise], rules, float("nan"))], rules)[0]
+    assert alone.status != "reproduced" and alone.p_value == 1.0
+    assert alone.evidence.startswith("Test, fixed in advance: per traced run, one-sided z-tests")
+    assert "uniform, no wd: seed 1: λ̂ 600 at step 30" in alone.evidence
+    assert "no rise: the peak is the first valid checkpoint" in alone.evidence
+    assert "left out: step 0–10 (4 checkpoints): λ̂ ≤ 0" in alone.evidence
+    both = judge([llc_rises_then_falls([falls, no_rise], rules, float("nan"))], rules)[0]
+    assert "1/2 (0.09–0.91) usable traced runs rise and fall" in both.evidence
+    assert "uniform, no wd: seed 0: λ̂ 200 at step 3, peak 600 at step 30" in both.evidence
 
 
 def test_stage_rule_ignores_noise_and_flat_curves():
@@ -163,10 +166,14 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     report = SortingStudy(small_plan(), out, device="cpu", progress=False).run()
     html = report.read_text()
     for section in ("Head modes", "Threshold sensitivity", "Circuits", "Ablations", "Development", "Claims",
-                    "Methods"):
+                    "Methods: the rules", "LLC estimator bias", "not measured"):
         assert section in html
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"] == 8 and sum(summary["modes"].values()) == 8
+    assert summary["rules"]["learned"] == 0.95 and summary["llc_bias"] is None
+    assert all(v["alpha"] == 0.05 for v in summary["verdicts"] if v["p_value"] is not None)
+    assert all({"claim", "status", "evidence", "p_value", "alpha", "power"} == set(v) for v in summary["verdicts"])
+    assert {"llc_p_run", "llc_candidate_peaks", "llc_unusable"} <= set(summary["development"][0])
     assert {v["claim"] for v in summary["verdicts"]} >= {
         "A one-layer attention-only transformer learns to sort",
         "Vocabulary-splitting appears with and without weight decay",
@@ -206,3 +213,25 @@ def test_study_sorting_cli_dry_run_and_bad_input(capsys):
     assert "24 runs" in capsys.readouterr().out
     assert main(["study", "sorting", "--out", "unused", "--mean-gap", "abc", "--dry-run"]) == 2
     assert "abc" in capsys.readouterr().err
+
+
+def test_damaged_circuits_are_refused_with_one_line(tmp_path):
+    """The report reads each ensemble's circuits back through the checked reader: flipped bytes or a truncated
+    file are refused naming the file, never drawn as other numbers."""
+    from headway.errors import ConfigError
+    from headway.runs.checkpoints import save_tensors
+    from headway.studies.sorting.analyse import CIRCUITS, load_circuits
+
+    path = tmp_path / "E1" / CIRCUITS
+    path.parent.mkdir()
+    save_tensors(path, {"ov": torch.arange(24.0).reshape(2, 3, 4)}, {"run_ids": "a,b"})
+    tensors, ids = load_circuits(tmp_path, "E1")
+    assert ids == ["a", "b"] and torch.equal(tensors["ov"], torch.arange(24.0).reshape(2, 3, 4))
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=f"{CIRCUITS} is damaged"):
+        load_circuits(tmp_path, "E1")
+    path.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(ConfigError, match=CIRCUITS):
+        load_circuits(tmp_path, "E1")

@@ -37,7 +37,7 @@ class ToyRules(Rules):
 def test_rules_say_why_what_they_sweep_and_what_the_analysis_reads():
     rules = ToyRules()
     assert rules.stamp("analysis") == {"probe": 0.5}
-    assert rules.stamp("summary") == {"alpha": 0.05, "power": 0.8, "solved": 0.9}
+    assert rules.stamp("summary") == {"alpha": 0.05, "power": 0.8, "solved": [0.9, [0.8, 0.9]]}
     assert rules.sweeps() == {"solved": (0.8, 0.9)}
     rows = {row["rule"]: row for row in rules.rows()}
     assert rows["solved"]["reason"].startswith("accuracy") and rows["solved"]["sweep"] == "0.8, 0.9"
@@ -87,3 +87,8 @@ def test_holm_steps_down_and_a_nan_never_rejects():
     assert holm([0.01, 0.04, 0.03], 0.05) == [True, False, False]
     assert holm([0.01, 0.02, 0.03], 0.05) == [True, True, True]
     assert holm([math.nan, 0.001], 0.05) == [False, True]
+
+
+def test_an_untestable_claim_says_why_once():
+    verdict = judge([Finding.not_testable("claim", "a test", "no run learned")], Rules())[0]
+    assert verdict.status == "not testable" and verdict.evidence.count("no run learned") == 1

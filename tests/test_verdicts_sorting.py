@@ -1,65 +1,239 @@
-"""The sorting study's verdicts on hand-made tables."""
+"""The sorting study's verdicts on hand-made tables: every claim reproduced, not reproduced and not testable,
+and each test's false-positive rate under a simulated null."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from headway.analysis.development import Development
+from headway.analysis.development import Development, development
+from headway.analysis.statistics import binomial_power, binomial_tail, normal_tail, poisson_binomial_tail
 from headway.errors import ConfigError
-from headway.report.html import Report
-from headway.studies.modular import verdicts as modular
-from headway.studies.modular.tables import ModularTables, run_steps
-from headway.studies.retrieval import rules
-from headway.studies.retrieval import verdicts as retrieval
+from headway.studies.rules import Rules
 from headway.studies.sorting import verdicts as sorting
 from headway.studies.sorting.plan import data_label_of, study_plan
-from headway.studies.sorting.tables import SIGNIFICANT, SortingTables, gap_power, gap_test, mode_fractions
-from headway.studies.verdict import STATUSES, Verdict, verdict_callouts
-from headway.tasks.sorting.modes import MODES
+from headway.studies.sorting.rise_fall import run_level, run_test
+from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.study import SortingStudy
+from headway.studies.sorting.tables import SortingTables, gap_power, gap_power_at, gap_test, mode_fractions
+from headway.studies.verdict import Finding, Verdict, judge
+from headway.tasks.sorting.modes import MODES, ModeThresholds
+
+RULES = SortingRules()
+FAST = RULES.changed(gap_permutations=999, gap_power_studies=50, gap_power_permutations=199)
 
 
-def test_sorting_claims_on_hand_made_models():
-    final = sorting_final(["splitting", "splitting", "overlapping", "other"], [0.005, 0.0, 0.0, 0.005])
-    tables = SortingTables(final=final, fractions=mode_fractions(final), gap_test=None, development=[],
-                           weight_decays=(0.005, 0.0), ablation=pd.DataFrame(), dla=pd.DataFrame())
-    found = {v.claim: v for v in sorting.verdicts(tables)}
-    assert found["Vocabulary-splitting appears with and without weight decay"].status == "reproduced"
-    simple = found["Heads settle into vocabulary-splitting or copy-suppression rather than overlapping ranges"]
-    assert simple.status == "not reproduced" and simple.evidence.startswith("50% of models")
-    assert found["A one-layer attention-only transformer learns to sort"].status == "reproduced"
-    assert not any("LLC" in claim for claim in found)  # nothing traced, no claim
-    only_decay = sorting_final(["splitting", "overlapping"], [0.005, 0.0])
-    assert sorting.splitting_with_and_without_decay(only_decay, (0.005, 0.0)).status == "not reproduced"
-    assert sorting.learns_to_sort(sorting_final(["other"], [0.0], accuracy=0.5)).status == "partly reproduced"
+def runs(modes: list[str], wd: float = 0.0, accuracy: float = 0.99, data: str = "uniform", gap: float = 4.7,
+         first_seed: int = 0) -> pd.DataFrame:
+    """One row per run of the study's final table: its mode, weight decay, accuracy and data."""
+    seeds = range(first_seed, first_seed + len(modes))
+    return pd.DataFrame({"run_id": [f"{data}-{wd:g}-{s}" for s in seeds], "data": data, "mean_gap": gap,
+                         "weight_decay": wd, "seed": seeds, "mode": modes, "val_accuracy": accuracy,
+                         "val_list_accuracy": 0.9, "ar_token_accuracy": 0.98, "suppress_fraction_h0": 0.0})
 
 
-def test_mode_fractions_carry_wilson_intervals():
-    fractions = mode_fractions(sorting_final(["splitting"] * 3 + ["other"], [0.0] * 4))
-    row = fractions.set_index("mode").loc["splitting"]
-    assert (row["count"], row.n, row.fraction) == (3, 4, 0.75)
-    assert row.ci_low == pytest.approx(0.3006, abs=1e-4) and row.ci_high == pytest.approx(0.9544, abs=1e-4)
+def tables_of(final: pd.DataFrame, traced: list[Development] | None = None) -> SortingTables:
+    """The study's tables around a final table (no gap test, no sweep stored)."""
+    return SortingTables(final=final, fractions=mode_fractions(final, RULES.learned), gap_test=None,
+                         development=traced or [], weight_decays=tuple(dict.fromkeys(final.weight_decay)),
+                         ablation=pd.DataFrame(), dla=pd.DataFrame())
 
 
-def test_the_gap_verdict_states_its_rule_p_value_permutations_and_power():
-    data = ["gap 1"] * 6 + ["gap 3"] * 6
-    gaps = [1.0] * 6 + [3.0] * 6
-    split = sorting_final(["splitting"] * 6 + ["overlapping"] * 6, [0.0] * 12, data).assign(mean_gap=gaps)
-    test = gap_test(split, np.random.default_rng(0), permutations=999)
-    assert test["p_value"] < 0.01  # exact: 2 / C(12, 6) = 0.0022
-    found = sorting.gap_decides_mode(test, mode_fractions(split))
-    assert found.status == "reproduced" and found.evidence.startswith("Refuted unless p < 0.05")
-    assert "999 permutations" in found.evidence and "no wd: χ² = 12.0 over 12 learned runs" in found.evidence
-    assert "0/6 (0.00–0.39) at gap 1 vs 6/6 (0.61–1.00) at gap 3" in found.evidence  # Wilson intervals
+def alone(finding: Finding, rules: SortingRules = RULES) -> Verdict:
+    """The verdict on one finding judged by itself (Holm over one claim: level α)."""
+    return judge([finding], rules)[0]
+
+
+def test_the_rules_hold_the_mode_rule_its_sweeps_and_every_level():
+    assert RULES.mode_thresholds() == ModeThresholds()  # one source of the mode rule's defaults
+    assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
+    assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppressed_copied", "max_overlap",
+                                            "min_coverage"}
+    assert RULES.sweeps()["learned"] == (0.9, 0.95, 0.99) and RULES.stamp("summary")["learned"] == [0.95, [0.9, 0.95, 0.99]]
+    assert RULES.changed(copy=3.0).mode_thresholds().copy == 3.0
+    assert all(row["reason"] for row in RULES.rows())
+    with pytest.raises(ConfigError, match=r"rule learned = 1.5 is invalid"):
+        SortingRules(learned=1.5)
+    with pytest.raises(ConfigError, match="copy = 0"):
+        SortingRules(copy=0.0).mode_thresholds()  # the classifier refuses what the rules' range lets through
+
+
+def test_the_study_judges_by_sorting_rules(tmp_path):
+    study = SortingStudy(study_plan("cpu"), tmp_path, rules=RULES.changed(learned=0.9))
+    assert study.rules.learned == 0.9 and study.analysis_stamp([])["rules"]["copy"] == [3.5, [2.0, 2.5, 3.0, 3.5, 4.0, 4.5]]
+    with pytest.raises(ConfigError, match="judges by SortingRules, not Rules"):
+        SortingStudy(study_plan("cpu"), tmp_path, rules=Rules())
+
+
+# --- learns to sort --------------------------------------------------------------------------------
+
+def test_learning_to_sort_is_tested_against_half_and_can_fail():
+    learned = alone(sorting.learns_to_sort(runs(["splitting"] * 18), RULES))
+    assert learned.status == "reproduced" and learned.p_value == pytest.approx(0.5 ** 18)
+    assert learned.evidence.startswith("Test, fixed in advance: exact one-sided binomial test")
+    failed = alone(sorting.learns_to_sort(runs(["other"] * 18, accuracy=0.5), RULES))
+    assert failed.status == "not reproduced" and failed.p_value == 1.0  # 0 of 18: a refutation, never a pass
+    assert failed.power == pytest.approx(binomial_power(18, 0.5, 0.9, 0.05)) and failed.power >= 0.8
+    assert "0/18 (0.00–0.18) with its Wilson 95% interval" in failed.evidence
+    few = alone(sorting.learns_to_sort(runs(["splitting"] * 3), RULES))
+    assert few.status == "not testable" and few.power == 0.0  # 3 of 3 cannot beat 0.5 at α: p = 0.125
+    unknown = runs(["splitting"] * 18).assign(val_accuracy=np.nan)
+    assert alone(sorting.learns_to_sort(unknown, RULES)).status == "not reproduced"  # a missing accuracy never passes
+
+
+def test_no_run_learning_refutes_learning_and_leaves_every_mode_claim_untestable():
+    final = pd.concat([runs(["other"] * 9, 0.0, accuracy=0.3), runs(["other"] * 9, 0.005, accuracy=0.3)])
+    found = {v.claim: v for v in sorting.verdicts(tables_of(final), RULES)}
+    assert found[sorting.LEARNS_CLAIM].status == "not reproduced"
+    assert {found[c].status for c in found if c != sorting.LEARNS_CLAIM} == {"not testable"}
+    assert "Not testable: no run learned at no wd, wd 0.005" in found[sorting.SPLITTING_CLAIM].evidence
+    assert "Not testable: no run was traced" in found[sorting.LLC_CLAIM].evidence
+
+
+# --- the mode claims -------------------------------------------------------------------------------
+
+def test_splitting_must_beat_the_noise_rate_at_every_weight_decay():
+    both = pd.concat([runs(["splitting"] * 5 + ["overlapping"] * 4, 0.0), runs(["splitting"] * 9, 0.005)])
+    found = alone(sorting.splitting_with_and_without_decay(both, (0.0, 0.005), RULES))
+    assert found.status == "reproduced" and found.p_value == pytest.approx(binomial_tail(5, 9, 0.05))  # the larger p
+    assert "no wd: 5/9 (0.27–0.81) learned runs split, p = 3.32e-05" in found.evidence
+    one_side = pd.concat([runs(["overlapping"] * 20, 0.0), runs(["splitting"] * 20, 0.005)])
+    refuted = alone(sorting.splitting_with_and_without_decay(one_side, (0.0, 0.005), RULES))
+    assert refuted.status == "not reproduced" and refuted.p_value == 1.0
+    assert refuted.power == pytest.approx(binomial_power(20, 0.05, 0.5, 0.05) ** 2)  # both weight decays must pass
+    small = pd.concat([runs(["overlapping"] * 2, 0.0), runs(["splitting"] * 2, 0.005)])
+    assert alone(sorting.splitting_with_and_without_decay(small, (0.0, 0.005), RULES)).status == "not testable"
+    only_decay = sorting.splitting_with_and_without_decay(runs(["splitting"] * 9, 0.005), (0.005,), RULES)
+    assert only_decay.untestable == "the plan trains no run without weight decay"
+    unlearned = pd.concat([runs(["splitting"] * 9, 0.0, accuracy=0.5), runs(["splitting"] * 9, 0.005)])
+    assert sorting.splitting_with_and_without_decay(unlearned, (0.0, 0.005), RULES).untestable == \
+        "no run learned at no wd"
+
+
+def test_simple_modes_are_tested_against_half_not_read_off_the_point_estimate():
+    twelve = alone(sorting.simple_modes(runs(["splitting"] * 12 + ["overlapping"] * 6), RULES))
+    assert twelve.status == "not reproduced" and twelve.p_value == pytest.approx(0.1189, abs=1e-4)
+    assert "12/18 (0.44–0.84)" in twelve.evidence and "overlapping: 6" in twelve.evidence
+    simple = alone(sorting.simple_modes(runs(["splitting"] * 10 + ["copy_suppression"] * 8), RULES))
+    assert simple.status == "reproduced"
+    few = alone(sorting.simple_modes(runs(["splitting"] * 4), RULES))
+    assert few.status == "not testable" and few.power == 0.0
+    assert sorting.simple_modes(runs(["splitting"] * 4, accuracy=0.2), RULES).untestable == "no run learned"
+
+
+def test_one_copy_suppression_model_does_not_make_it_a_main_mode():
+    one = alone(sorting.copy_suppression_found(runs(["copy_suppression"] + ["splitting"] * 17), RULES))
+    assert one.status == "not reproduced" and one.p_value == pytest.approx(1 - 0.9 ** 18)
+    assert "1/18 (0.01–0.26)" in one.evidence and one.power == pytest.approx(binomial_power(18, 0.1, 0.4, 0.05))
+    main = alone(sorting.copy_suppression_found(runs(["copy_suppression"] * 8 + ["splitting"] * 10), RULES))
+    assert main.status == "reproduced" and main.p_value == pytest.approx(binomial_tail(8, 18, 0.1))
+    assert alone(sorting.copy_suppression_found(runs(["splitting"] * 3), RULES)).status == "not testable"
+
+
+def test_the_cpu_result_judged_together():
+    """The committed cpu study's modes (wd 0.005: 9 splitting; no wd: 3 splitting, 6 overlapping), one
+    overlapping model made copy-suppression: the claims judged together with Holm's correction."""
+    final = pd.concat([runs(["splitting"] * 9, 0.005),
+                       runs(["splitting"] * 3 + ["copy_suppression"] + ["overlapping"] * 5, 0.0)])
+    found = {v.claim: v for v in sorting.verdicts(tables_of(final), RULES)}
+    assert found[sorting.LEARNS_CLAIM].status == "reproduced"
+    assert found[sorting.SPLITTING_CLAIM].status == "reproduced"  # p = 0.0084 ≤ 0.05 / 3 in Holm's second step
+    assert "over 4 testable claim(s)" in found[sorting.SPLITTING_CLAIM].evidence
+    assert found[sorting.SIMPLE_CLAIM].status == "not testable"  # 13/18, p 0.048 > 0.05 / 2, power 0.5 at 0.0125
+    assert found[sorting.COPY_SUPPRESSION_CLAIM].status == "not testable"  # 1/18, power 0.79 < 0.8
+    assert all(v.alpha == 0.05 for v in found.values() if v.p_value is not None)
+    assert found[sorting.SIMPLE_CLAIM].evidence.endswith(
+        "Threshold sweep: learned — same status at every value swept (0.9–0.99).")
+
+
+def test_threshold_sensitivity_judges_again_at_every_swept_value():
+    final = pd.concat([runs(["splitting"] * 10, 0.0), runs(["splitting"] * 10, 0.005)])
+    at_low_copy = final.assign(threshold="copy", value=2.0, mode=["overlapping"] * 10 + ["splitting"] * 10)
+    at_default = final.assign(threshold="copy", value=3.5)
+    tables = tables_of(final)
+    tables.sweep = pd.concat([at_low_copy, at_default])[["run_id", "threshold", "value", "mode"]]
+    sensitivity = sorting.threshold_sensitivity(tables, RULES)
+    splitting = sensitivity[sensitivity.claim == sorting.SPLITTING_CLAIM].set_index(["threshold", "value"]).status
+    assert splitting[("copy", 2.0)] == "not reproduced" and splitting[("copy", 3.5)] == "reproduced"
+    assert ("copy", 2.5) not in splitting.index  # a value the analysis did not store is left out
+    assert list(splitting.loc["learned"]) == ["reproduced"] * 3
+    assert sorting.sensitivity_text(sensitivity, sorting.SPLITTING_CLAIM, "reproduced") == (
+        "Threshold sweep: copy — same status at 3.5, not reproduced at 2; "
+        "learned — same status at every value swept (0.9–0.99).")
+    strict = tables_of(final.assign(val_accuracy=[0.97] * 10 + [0.999] * 10))  # 0.99 leaves no learned run at wd 0
+    statuses = sorting.threshold_sensitivity(strict, RULES)
+    at_099 = statuses[(statuses.threshold == "learned") & (statuses.value == 0.99)].set_index("claim").status
+    assert at_099[sorting.SPLITTING_CLAIM] == "not testable" and at_099[sorting.LEARNS_CLAIM] == "not reproduced"
+
+
+def test_mode_shares_keep_their_level_under_a_simulated_null():
+    """Each mode claim's test at its null's boundary (18 learned runs, 9 per weight decay; for splitting the
+    least favourable null: every wd 0.005 run splits, wd 0 at the noise rate): reproduced at most α of the
+    time (an off-by-one tail would exceed it), and as often as its stated power says at the stated effect."""
+    rng, studies = np.random.default_rng(23), 300
+    base = runs(["overlapping"] * 18).assign(weight_decay=np.repeat([0.0, 0.005], 9))
+    decayed = (base.weight_decay > 0).to_numpy()
+
+    def draw(share: float, mode: str, certain: np.ndarray | None = None) -> pd.DataFrame:
+        hit = rng.random(18) < share
+        return base.assign(mode=np.where(hit if certain is None else hit | certain, mode, "overlapping"))
+
+    claims = {  # claim → (its finding on a final table, the mode it counts, null share, stated effect, runs sure to)
+        "simple": (lambda f: sorting.simple_modes(f, RULES), "splitting", RULES.simple_null, RULES.simple_effect,
+                   None),
+        "copy-suppression": (lambda f: sorting.copy_suppression_found(f, RULES), "copy_suppression",
+                             RULES.copy_suppression_null, RULES.copy_suppression_effect, None),
+        "splitting": (lambda f: sorting.splitting_with_and_without_decay(f, (0.0, 0.005), RULES), "splitting",
+                      RULES.splitting_noise_rate, RULES.splitting_effect, decayed),
+    }
+    margin = 2 * math.sqrt(0.05 * 0.95 / studies)
+    for name, (finding, mode, null, effect, certain) in claims.items():
+        false = np.mean([finding(draw(null, mode, certain)).p_value <= 0.05 for _ in range(studies)])
+        assert false <= 0.05 + margin, name
+        power = finding(draw(effect, mode)).power(0.05)
+        found = np.mean([finding(draw(effect, mode)).p_value <= 0.05 for _ in range(studies)])
+        assert abs(found - power) <= 3 * math.sqrt(power * (1 - power) / studies) + 1e-9, name
+    learned = [sorting.learns_to_sort(base.assign(val_accuracy=rng.integers(0, 2, 18) * 1.0), RULES)
+               for _ in range(studies)]  # accuracy 1 or 0, each with chance 0.5: the null's boundary
+    assert np.mean([f.p_value <= 0.05 for f in learned]) <= 0.05 + margin
+
+
+# --- the gap claim ---------------------------------------------------------------------------------
+
+def gap_runs(modes: list[str]) -> pd.DataFrame:
+    """Twelve runs without weight decay, six at gap 1 and six at gap 3, in the given modes."""
+    return pd.concat([runs(modes[:6], data="gap 1", gap=1.0), runs(modes[6:], data="gap 3", gap=3.0)],
+                     ignore_index=True)
+
+
+def test_the_gap_finding_is_the_pre_registered_test_with_its_simulated_power():
+    split = gap_runs(["splitting"] * 6 + ["overlapping"] * 6)
+    rng = np.random.default_rng(0)
+    test = gap_test(split, RULES.learned, FAST.gap_permutations, rng)
+    test["simulated_p"] = gap_power(split, FAST, rng).tolist()
+    assert test["p_value"] < 0.01 and len(test["simulated_p"]) == 50  # exact: 2 / C(12, 6) = 0.0022
+    found = alone(sorting.gap_decides_mode(test, mode_fractions(split, RULES.learned), FAST), FAST)
+    assert found.status == "reproduced" and "999 permutations of the data labels" in found.evidence
+    assert "no wd: χ² = 12.0 over 12 learned runs" in found.evidence
+    assert "0/6 (0.00–0.39) at gap 1 vs 6/6 (0.61–1.00) at gap 3" in found.evidence  # descriptive, Wilson
+    assert found.power == gap_power_at(test, 0.05)
     mixed = split.assign(mode=["splitting", "overlapping"] * 6)
-    null = gap_test(mixed, np.random.default_rng(0), permutations=999)
-    null["power"] = gap_power(mixed, np.random.default_rng(1), studies=50, permutations=199)
-    weak = sorting.gap_decides_mode(null, mode_fractions(mixed))
-    assert null["p_value"] == 1.0 and null["power"] < 0.8
-    assert weak.status == "not testable" and f"from 0.2 to 0.8 at every weight decay: {null['power']:.2f}" in weak.evidence
-    assert sorting.gap_decides_mode({**null, "power": 0.9}, mode_fractions(mixed)).status == "not reproduced"
-    assert gap_test(split.assign(data="uniform"), np.random.default_rng(0)) is None  # one data value: no test
+    null = gap_test(mixed, RULES.learned, FAST.gap_permutations, rng)
+    null["simulated_p"] = gap_power(mixed, FAST, rng).tolist()
+    weak = alone(sorting.gap_decides_mode(null, mode_fractions(mixed, RULES.learned), FAST), FAST)
+    assert null["p_value"] == 1.0 and weak.status == "not testable" and weak.power < 0.8
+    strong = alone(sorting.gap_decides_mode({**null, "simulated_p": [0.001] * 50}, mode_fractions(mixed, 0.95), FAST))
+    assert strong.status == "not reproduced" and strong.power == 1.0
+    one_value = alone(sorting.gap_decides_mode(None, mode_fractions(mixed.assign(data="uniform", mean_gap=4.7), 0.95), FAST))
+    assert one_value.status == "not testable" and "Not testable: no weight decay has learned runs at two data " \
+        "values. Learned runs per weight decay and data value: no wd, uniform: 12." in one_value.evidence
+    flat = sorting.gap_decides_mode({**null, "simulated_p": []}, mode_fractions(mixed, 0.95), FAST)
+    assert flat.untestable.startswith("every data value has the same mean gap")
+    assert gap_test(split.assign(data="uniform"), RULES.learned, 99, rng) is None  # one data value: no test
+    assert gap_power_at({"simulated_p": [0.01, 0.02, 0.5]}, 0.02) == pytest.approx(2 / 3)
 
 
 def gpu_design(rng: np.random.Generator, share: dict[str, float] | None = None) -> pd.DataFrame:
@@ -78,8 +252,8 @@ def test_the_gap_test_keeps_its_level_under_the_null_at_gpu_scale():
     """Modes independent of δ̄ in the gpu grid (8 data values × 2 weight decays × 24 seeds): the old test
     (largest of many contrasts, uncorrected Fisher test) said "reproduced" in 49–60% of such studies."""
     rng, studies = np.random.default_rng(7), 400
-    found = [gap_test(gpu_design(rng), rng, permutations=199)["p_value"] < SIGNIFICANT for _ in range(studies)]
-    rate = float(np.mean(found))  # the verdict says "reproduced" exactly when p < SIGNIFICANT
+    found = [gap_test(gpu_design(rng), RULES.learned, 199, rng)["p_value"] <= RULES.alpha for _ in range(studies)]
+    rate = float(np.mean(found))  # judged alone, the verdict says "reproduced" exactly when p ≤ α
     assert rate <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / studies)
     assert rate < 0.49 / 4
 
@@ -88,30 +262,87 @@ def test_the_gap_test_finds_a_planted_effect_and_its_power_says_so():
     rng = np.random.default_rng(8)
     gaps = {data_label_of(d): (4.7 if d == "uniform" else float(d)) for d in study_plan("gpu").data}
     share = {label: 0.2 + 0.6 * (g - 1.5) / (4.7 - 1.5) for label, g in gaps.items()}  # 0.2 → 0.8 across δ̄
-    found = [gap_test(gpu_design(rng, share), rng, permutations=199)["p_value"] < SIGNIFICANT for _ in range(100)]
+    found = [gap_test(gpu_design(rng, share), RULES.learned, 199, rng)["p_value"] <= 0.05 for _ in range(100)]
     assert np.mean(found) >= 0.8
-    assert gap_power(gpu_design(rng), rng, studies=100, permutations=199) >= 0.8  # the same effect, by gap_power
+    simulated = gap_power(gpu_design(rng), RULES.changed(gap_power_studies=100, gap_power_permutations=199), rng)
+    assert gap_power_at({"simulated_p": simulated}, 0.05) >= 0.8  # the same effect, by gap_power
 
 
-def development(run_id: str, falls: bool, peak_step: int = 100) -> Development:
-    empty = pd.DataFrame()
-    return Development(run_id, pd.DataFrame({"weight_decay": [1.0], "seed": [0]}), pd.DataFrame({"data": ["uniform"]}),
-                       empty, empty, peak_step, 50.0, 20.0 if falls else 50.0, falls, [])
+# --- the LLC claim ---------------------------------------------------------------------------------
+
+STEPS = [0, 1, 3, 10, 30, 100, 300, 1000]
+RISE_FALL = [-4000, -3000, 200, 400, 600, 450, 400, 370]  # valid from step 3: rises to 600, ends at 370
+RISE = [-4000, -3000, 200, 300, 400, 500, 600, 700]  # rises to the end
 
 
-def test_llc_claim_counts_the_traced_runs_that_rise_then_fall():
-    final = sorting_final(["splitting"], [0.0])
-    tables = SortingTables(final=final, fractions=mode_fractions(final), gap_test=None,
-                           development=[development("a", True), development("b", False)], weight_decays=(0.0,),
-                           ablation=pd.DataFrame(), dla=pd.DataFrame())
-    assert sorting.llc_rises_then_falls(tables).status == "partly reproduced"
+def traced(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None = None, seed: int = 0,
+           wd: float = 0.0, bias: float = 0.0, steps: list[int] = STEPS) -> Development:
+    """The Development of one run whose whole-model LLC trace is `llc` at `steps`, each with standard error `se`."""
+    run_id = f"r{seed}-{wd:g}"
+    metrics = pd.DataFrame({"run_id": run_id, "step": steps, "val_loss": np.geomspace(3.9, 0.01, len(steps)),
+                            "weight_decay": wd, "seed": seed})
+    trace = pd.DataFrame({"run_id": run_id, "step": steps, "weights": "all", "llc_mean": llc, "llc_se": se,
+                          "warnings": [(warnings or {}).get(step, "") for step in steps], "data": "uniform"})
+    return development(run_id, metrics, trace, RULES.llc_fall, RULES.llc_change_z, bias)
 
 
-# --- modular ------------------------------------------------------------------------------------
+def test_the_llc_claim_counts_runs_that_rise_and_fall_beyond_noise():
+    four = [traced(RISE_FALL, seed=s) for s in range(4)]
+    found = alone(sorting.llc_rises_then_falls(four, RULES, math.nan))
+    assert found.status == "reproduced" and found.p_value == pytest.approx(normal_tail(2.0) ** 4)
+    assert "4/4 (0.51–1.00) usable traced runs rise and fall" in found.evidence
+    assert "× 4 candidate peaks" in found.evidence and "LLC estimator bias not measured (taken as 0)" in found.evidence
+    assert "uniform, no wd: seed 0: λ̂ 200 at step 3, peak 600 at step 30, final 370 (-38%)" in found.evidence
+    rising = alone(sorting.llc_rises_then_falls([traced(RISE, seed=s) for s in range(4)], RULES, math.nan))
+    assert rising.status == "not reproduced" and rising.p_value == 1.0 and rising.power >= 0.8
+    assert "no fall: the peak is the last valid checkpoint" in rising.evidence
+    noisy = alone(sorting.llc_rises_then_falls([traced(RISE, se=300.0, seed=s) for s in range(4)], RULES, math.nan))
+    assert noisy.status == "not testable" and noisy.power < 0.8  # noise hides a 10% rise and fall
+    one = alone(sorting.llc_rises_then_falls([traced(RISE_FALL), traced(RISE, seed=1)], RULES, math.nan))
+    assert one.status == "reproduced" and one.p_value == pytest.approx(binomial_tail(1, 2, normal_tail(2.0)))
 
-def curves(run_id: str, wd: float, train: list[float], test: list[float]) -> pd.DataFrame:
-    steps = [0, 100, 200, 400, 800, 1600][: len(train)]
-    return pd.DataFrame({"run_id": run_id, "weight_decay": wd, "step": steps, "train_accuracy": train,
-                         "val_accuracy": test})
+
+def test_invalid_estimates_and_the_estimators_bias_gate_the_llc_claim():
+    lost = traced(RISE_FALL, warnings={1000: "instance 0: chain 2 diverges: …"}, seed=9)
+    assert run_test(lost, RULES, 0.0).unusable == "its last checkpoint (step 1000) is invalid: a chain diverged"
+    gated = alone(sorting.llc_rises_then_falls([lost], RULES, math.nan))
+    assert gated.status == "not testable" and "no traced run has a valid LLC curve" in gated.evidence
+    early = traced([-4000, -3000, -2000, -1000, -500, -100, 400, 370])  # two valid checkpoints: no interior peak
+    assert run_test(early, RULES, 0.0).unusable == "2 valid checkpoint(s) of 8, fewer than three"
+    kept = [traced(RISE_FALL, seed=s) for s in range(4)] + [lost]
+    counted = alone(sorting.llc_rises_then_falls(kept, RULES, math.nan))
+    assert counted.status == "reproduced" and "1 of 5 traced runs unusable" in counted.evidence
+    assert alone(sorting.llc_rises_then_falls([], RULES, math.nan)).status == "not testable"
+    biased = [traced(RISE_FALL, seed=s, bias=0.5) for s in range(4)]  # a 50% bias swamps the changes
+    judged = alone(sorting.llc_rises_then_falls(biased, RULES, 0.5))
+    assert judged.status != "reproduced" and "LLC estimator bias 50% of each λ̂" in judged.evidence
 
 
+def test_the_llc_test_keeps_its_level_on_null_curves():
+    """Curves that rise to a plateau and never fall (the hardest null for a test whose peak is the highest
+    checkpoint): one run passes at most at the per-run level, a study of four at most at α; without the
+    factor for the peak's selection a run would pass three times too often."""
+    rng, count, se = np.random.default_rng(5), 400, 20.0
+    steps = [0, 3, 10, 30, 60, 100, 200, 300, 500, 700, 1000, 1500]
+    truth = np.r_[-1000.0, -500.0, np.minimum(np.linspace(400, 560, 10), 500.0)]
+    null = [traced(list(truth + np.r_[0, 0, rng.normal(0, se, 10)]), se, steps=steps) for _ in range(count)]
+    level = run_level(RULES)
+    passed = np.array([run_test(t, RULES, 0.0).counted for t in null])
+    margin = 2 * math.sqrt(level * (1 - level) / count)
+    assert passed.mean() <= level + margin
+    assert np.mean([max(t.p_rise, t.p_fall) <= level for t in null]) > level + margin  # uncorrected: too often
+    studies = [sorting.llc_rises_then_falls(null[i : i + 4], RULES, math.nan).p_value for i in range(0, count, 4)]
+    assert np.mean(np.array(studies) <= 0.05) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / len(studies))
+    # the stated power is never overstated: a true rise and fall of 10% of the peak passes at least as often
+    effect = np.r_[-1000.0, -500.0, 450, 470, 490, 500, 500, 500, 480, 460, 450, 450]
+    real = [run_test(traced(list(effect + np.r_[0, 0, rng.normal(0, 12.0, 10)]), 12.0, steps=steps), RULES, 0.0)
+            for _ in range(100)]
+    stated = float(np.mean([r.power for r in real]))
+    assert 0.1 < stated <= np.mean([r.counted for r in real]) + 2 * math.sqrt(0.25 / 100)
+
+
+def test_poisson_binomial_tail_is_exact():
+    assert poisson_binomial_tail(2, [0.5, 0.5, 0.5]) == pytest.approx(0.5)
+    assert poisson_binomial_tail(1, [0.2, 0.3]) == pytest.approx(1 - 0.8 * 0.7)
+    assert poisson_binomial_tail(0, []) == 1.0 and poisson_binomial_tail(3, [0.9, 0.9]) == 0.0
+    assert poisson_binomial_tail(4, [0.3] * 10) == pytest.approx(binomial_tail(4, 10, 0.3))

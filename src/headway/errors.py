@@ -1,5 +1,6 @@
 """User-facing errors: raised for bad input, printed by the CLI as one line."""
 
+import signal
 import time
 
 
@@ -7,12 +8,41 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the value and what is allowed."""
 
 
-class Interrupted(Exception):
-    """Training stopped on request (Ctrl-C); the state at `step` is saved and can be resumed."""
+INTERRUPT_EXIT = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+TIME_LIMIT_EXIT = 75  # EX_TEMPFAIL: stopped at --time-limit with everything saved; the same command continues
+IO_EXIT = 74  # EX_IOERR: a file could not be written (a full disk); what was saved is kept
+# What a scheduler sends before it preempts (Slurm, Kubernetes: SIGTERM; a closed terminal or session: SIGHUP);
+# handled like Ctrl-C, whose SIGINT is listed with them.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def __init__(self, step: int) -> None:
-        super().__init__(f"interrupted at step {step}; run the same command again to resume")
-        self.step = step
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal a scheduler sends before it preempts (SIGTERM, SIGHUP), raised where Ctrl-C raises
+    KeyboardInterrupt, so that it stops the same way: what is saved is kept and the same command resumes."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def status(self) -> int:
+        """The exit status: 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP)."""
+        return 128 + self.signum
+
+
+class Interrupted(Exception):
+    """Training stopped on request (Ctrl-C, or `signum` such as SIGTERM); the state at `step` is saved and
+    can be resumed."""
+
+    def __init__(self, step: int, signum: int = signal.SIGINT) -> None:
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        super().__init__(f"{how} at step {step}; run the same command again to resume")
+        self.step, self.signum = step, signum
+
+    @property
+    def status(self) -> int:
+        """The exit status: 128 + the signal that stopped it (130 for Ctrl-C, 143 for SIGTERM)."""
+        return 128 + self.signum
 
 
 class TimeLimitReached(Interrupted):
@@ -22,7 +52,12 @@ class TimeLimitReached(Interrupted):
     def __init__(self, step: int | None = None, where: str | None = None) -> None:
         place = where if where is not None else f"at step {step}"
         Exception.__init__(self, f"time limit reached {place}; run the same command again to continue")
-        self.step, self.where = step, where
+        self.step, self.where, self.signum = step, where, None
+
+    @property
+    def status(self) -> int:
+        """TIME_LIMIT_EXIT: stopped at the limit with everything saved; the same command continues."""
+        return TIME_LIMIT_EXIT
 
     def __reduce__(self) -> tuple[type, tuple[int | None, str | None]]:
         """Pickle by the constructor's arguments (a Ray task's error travels to the driver pickled)."""

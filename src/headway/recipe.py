@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headway.errors import ConfigError
+from headway.limits import MAX_BATCH, MAX_CHECKPOINTS, MAX_EVALUATIONS, MAX_POOL, MAX_STEPS
 from headway.settings import Settings, check_choice, check_int, check_number
 
 EVAL_CHUNK = 1024  # examples per forward pass when a fixed set is evaluated (bounds evaluation memory)
@@ -38,9 +40,11 @@ class TrainConfig(Settings):
     log_checkpoints: int = 20  # extra checkpoints spaced logarithmically in steps
 
     def __post_init__(self) -> None:
-        positive = ("steps", "batch_size", "train_size", "val_size", "eval_every", "checkpoint_every")
-        self.normalise(**{name: check_int(name, getattr(self, name), 1) for name in positive})
-        self.normalise(**{name: check_int(name, getattr(self, name), 0) for name in ("warmup_steps", "log_checkpoints")})
+        most = {"steps": MAX_STEPS, "batch_size": MAX_BATCH, "train_size": MAX_POOL, "val_size": MAX_POOL,
+                "eval_every": MAX_STEPS, "checkpoint_every": MAX_STEPS}
+        self.normalise(**{name: check_int(name, getattr(self, name), 1, most[name]) for name in most})
+        self.normalise(warmup_steps=check_int("warmup_steps", self.warmup_steps, 0, MAX_STEPS),
+                       log_checkpoints=check_int("log_checkpoints", self.log_checkpoints, 0, MAX_CHECKPOINTS))
         self.normalise(
             lr=check_number("lr", self.lr, 0.0, low_open=True),
             weight_decay=check_number("weight_decay", self.weight_decay, 0.0),
@@ -53,3 +57,18 @@ class TrainConfig(Settings):
             schedule=check_choice("schedule", self.schedule, SCHEDULES),
             loss=check_choice("loss", self.loss, LOSSES),
         )
+        self._check_counts()
+
+    def _check_counts(self) -> None:
+        """Refuse a recipe that keeps more checkpoints or logs more evaluations than `headway.limits`
+        allows, and a final learning-rate fraction under a schedule that has no end to reach."""
+        kept = self.steps // self.checkpoint_every + self.log_checkpoints
+        if kept > MAX_CHECKPOINTS:
+            raise ConfigError(f"steps / checkpoint_every + log_checkpoints = {kept} checkpoints is more than "
+                              f"{MAX_CHECKPOINTS}; raise checkpoint_every or lower log_checkpoints")
+        if self.steps // self.eval_every > MAX_EVALUATIONS:
+            raise ConfigError(f"steps / eval_every = {self.steps // self.eval_every} evaluations is more than "
+                              f"{MAX_EVALUATIONS}; raise eval_every")
+        if self.schedule == "constant" and self.final_lr_fraction != 0.0:
+            raise ConfigError(f"final_lr_fraction = {self.final_lr_fraction:g} applies to the linear and cosine "
+                              "schedules only (schedule = 'constant' here); leave it out or choose one of those")

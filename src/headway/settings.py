@@ -25,28 +25,43 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, Integral) and not isinstance(value, bool | np.bool_)
 
 
-def check_int(name: str, value: Any, minimum: int | None = None) -> int:
-    """A whole number (numpy integers accepted, booleans refused), optionally >= minimum."""
+def check_int(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    """A whole number (numpy integers accepted, booleans refused), optionally >= minimum and <= maximum."""
     if not is_integer(value):
-        raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number"
-                          + (f" >= {minimum}" if minimum is not None else ""))
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name} = {value!r} is invalid; use an integer >= {minimum}")
+        raise ConfigError(f"{name} = {value!r} is not an integer; use a whole number" + _int_range(minimum, maximum))
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ConfigError(f"{name} = {value!r} is invalid; use an integer{_int_range(minimum, maximum)}")
     return int(value)
+
+
+def _int_range(minimum: int | None, maximum: int | None) -> str:
+    """How the allowed integers are written in a refusal: " >= 1", " <= 9" or " in 1..9"."""
+    if maximum is None:
+        return "" if minimum is None else f" >= {minimum}"
+    return f" <= {maximum}" if minimum is None else f" in {minimum}..{maximum}"
 
 
 def check_number(name: str, value: Any, low: float, high: float = math.inf, *,
                  low_open: bool = False, high_open: bool = False) -> float:
-    """A real number between low and high (each end included unless `*_open`); ints become floats."""
-    if isinstance(value, bool) or not isinstance(value, Real) or math.isnan(value):
-        raise ConfigError(f"{name} = {value!r} is not a number")
-    below = value <= low if low_open else value < low
-    above = value >= high if high_open else value > high
-    if below or above:
-        left = "(" if low_open else "["
-        right = ")" if high_open or high == math.inf else "]"
-        raise ConfigError(f"{name} = {value!r} is invalid; use a number in {left}{low:g}, {high:g}{right}")
-    return float(value)
+    """A finite real number between low and high (each end included unless `*_open`); ints become floats.
+    Infinities and NaN are refused whatever the bounds: no setting means anything there, and JSON cannot
+    store them."""
+    left = "(" if low_open else "["
+    right = ")" if high_open or high == math.inf else "]"
+    allowed = f"use a number in {left}{low:g}, {high:g}{right}"
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ConfigError(f"{name} = {value!r} is not a number; {allowed}")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond every float
+        number = math.copysign(math.inf, value)
+    if math.isnan(number):
+        raise ConfigError(f"{name} = {value!r} is not a number; {allowed}")
+    below = number <= low if low_open else number < low
+    above = number >= high if high_open else number > high
+    if below or above or not math.isfinite(number):
+        raise ConfigError(f"{name} = {value!r} is invalid; {allowed}")
+    return number
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from headway.analysis.llc.validity import invalid_reasons
 from headway.analysis.stages import label_stages, stage_boundaries
 from headway.analysis.statistics import normal_tail
 
@@ -22,10 +23,6 @@ def trace_steps(saved: list[int], count: int) -> list[int]:
     wanted = np.linspace(grid[0], grid[-1], count)
     picked = sorted({int(np.argmin(np.abs(grid - w))) for w in wanted})
     return [saved[i] for i in picked]
-
-
-# Diagnostics after which a checkpoint's λ̂ is no estimate: a chain ran away or broke.
-INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went non-finite"}
 
 
 @dataclass
@@ -67,19 +64,11 @@ class Development:
 
 
 def valid_llc(whole: pd.DataFrame) -> pd.Series:
-    """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): λ̂ ≤ 0 (SGLD
-    found lower loss than w*, so w* is no local minimum and λ̂ no LLC), no standard error recorded (a
-    difference could not be weighed against its noise), or a diagnostic of `INVALID_WARNINGS` fired."""
-    def reason(row) -> str:
-        if not np.isfinite(row.llc_mean) or row.llc_mean <= 0:
-            return "λ̂ ≤ 0 or undefined: w* is not a local minimum"
-        se = getattr(row, "llc_se", np.nan)
-        if not (isinstance(se, int | float) and np.isfinite(se)):
-            return "no standard error recorded"
-        text = row.warnings if isinstance(row.warnings, str) else ""
-        return next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
-
-    return whole.apply(reason, axis=1).astype(str)
+    """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): the sampler checks
+    of `headway.analysis.llc.validity.invalid_reasons` (λ̂ ≤ 0 or undefined, no standard error recorded, a
+    chain non-finite or diverged, draw losses still climbing, chains out of the basin of w*, MALA acceptance
+    below its floor), each named in the reason."""
+    return invalid_reasons(whole)
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, significant: float = 2.0,

@@ -1,12 +1,15 @@
 """Tests and intervals for the small counts studies produce: Wilson intervals, exact one-sided binomial
 tests against chance with their power, Fisher's exact test of two groups with its power, the chance that
-independent random orders agree, a normal tail, Holm's correction, and a permutation test of
+independent random orders agree, counts pooled over independent cells (exact convolutions), a normal
+tail and the power of a one-sided normal test, Holm's correction, and a permutation test of
 independence between a run's outcome and its group. numpy and the standard library only."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import cache
+from statistics import NormalDist
 
 import numpy as np
 
@@ -156,3 +159,69 @@ def holm(p_values: Sequence[float], alpha: float) -> list[bool]:
             break
         rejected[i] = True
     return rejected
+
+
+def binomial_pmf(n: int, p: float) -> np.ndarray:
+    """P(X = k) for k = 0…n, X ~ Binomial(n, p)."""
+    return np.array([math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(n + 1)])
+
+
+def sum_pmf(pmfs: Sequence[np.ndarray]) -> np.ndarray:
+    """The distribution of a sum of independent counts, each given by its pmf over 0, 1, 2, …"""
+    total = np.ones(1)
+    for pmf in pmfs:
+        total = np.convolve(total, pmf)
+    return total
+
+
+def upper_tail(pmf: np.ndarray, count: int) -> float:
+    """P(X ≥ count) for X with the given pmf over 0, 1, 2, …"""
+    return float(min(1.0, pmf[max(0, count):].sum())) if count < len(pmf) else 0.0
+
+
+def poisson_binomial_tail(k: int, probabilities: Sequence[float]) -> float:
+    """P(X ≥ k) for X the number of successes of independent trials with the given success probabilities
+    (exact): the power of counting runs that each pass with their own probability."""
+    return upper_tail(sum_pmf([np.array([1 - q, q]) for q in probabilities]), k)
+
+
+def pooled_count_test(observed: int, null: Sequence[np.ndarray], effect: Sequence[np.ndarray]
+                      ) -> tuple[float, Callable[[float], float]]:
+    """One-sided exact test of a count summed over independent cells: its p-value, P(Σ ≥ observed) under the
+    cells' `null` pmfs, and its power at a level, P(Σ ≥ the critical count) under their `effect` pmfs."""
+    under_null, under_effect = sum_pmf(null), sum_pmf(effect)
+
+    def power(level: float) -> float:
+        critical = next((c for c in range(len(under_null)) if upper_tail(under_null, c) <= level), len(under_null))
+        return upper_tail(under_effect, critical)
+
+    return upper_tail(under_null, observed), power
+
+
+@cache
+def largest_agreement_pmf(draws: int, categories: int) -> np.ndarray:
+    """P(M = c) for c = 0…draws, M the largest number of `draws` uniform draws from `categories` categories
+    that coincide: the null distribution of the seeds sharing a cell's most common order (U! categories)."""
+    tail = [agreement_tail(c, draws, categories) for c in range(draws + 2)]
+    tail[0] = 1.0
+    return np.clip(np.array([tail[c] - tail[c + 1] for c in range(draws + 1)]), 0.0, 1.0)
+
+
+def z_score(gap: float, noise: float) -> float:
+    """`gap` in units of `noise`; with no noise, ±inf by the sign of the gap (0 for none)."""
+    if noise > 0:
+        return gap / noise
+    return math.copysign(math.inf, gap) if gap else 0.0
+
+
+def normal_power(effect: float, noise: float, level: float) -> float:
+    """Probability that a one-sided z-test at `level` rejects when the true gap is `effect` and its standard
+    error `noise`: P(Z > z_(1−level) − effect / noise) (NaN for a level outside (0, 1))."""
+    if not 0 < level < 1:
+        return math.nan
+    return normal_tail(NormalDist().inv_cdf(1 - level) - z_score(effect, noise))
+
+
+def normal_interval(gap: float, noise: float, z: float = Z95) -> tuple[float, float]:
+    """The two-sided 95% normal interval of `gap` with standard error `noise`."""
+    return gap - z * noise, gap + z * noise

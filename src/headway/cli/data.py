@@ -6,15 +6,16 @@ each), plus the prompted questions for language models (`data prompts`)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from headway.cli.options import option_flag, parse_value, question_options, question_set, renamed_options
-from headway.errors import ConfigError
-from headway.settings import field_types
+from headway.cli.options import (OutputPath, memory_check_params, option_flag, parse_value, question_options,
+                                 question_set, renamed_options)
+from headway.limits import MAX_EXAMPLES, MAX_SEED
+from headway.runs import layout
+from headway.settings import check_int, field_types
 from headway.tasks.base import Batch, Task
 from headway.tasks.export import write_jsonl
 from headway.tasks.registry import TASKS
@@ -39,12 +40,18 @@ def task_command(cls: type[Task]) -> click.Command:
     kinds = field_types(cls)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
 
-    def command(count: int, seed: int, out: Path | None, **settings: str | None) -> None:
+    def command(count: int, seed: int, out: Path | None, memory_check: bool, **settings: str | None) -> None:
         import numpy as np
+
+        from headway.execution.memory import check_fits
 
         values = {name: parse_value(name, text, kinds[name]) for name, text in settings.items() if text is not None}
         cfg = cls(**values)
-        batch = cfg.draw(_count(count), np.random.default_rng(seed))  # validates before a file is opened
+        count = check_int("--count", count, 1, MAX_EXAMPLES)
+        seed = check_int("--seed", seed, 0, MAX_SEED)
+        if memory_check:
+            check_fits(count * _example_bytes(cfg), "cpu", f"--count {count} examples", "--count")
+        batch = cfg.draw(count, np.random.default_rng(seed))  # validates before a file is opened
         _write(cfg, batch, out)
 
     params = [click.Option([option_flag(name), name], default=None, metavar="VALUE",
@@ -54,8 +61,9 @@ def task_command(cls: type[Task]) -> click.Command:
     params += [
         click.Option(["--count"], type=int, default=10, show_default=True, help="Number of examples."),
         click.Option(["--seed"], type=int, default=0, show_default=True),
-        click.Option(["--out"], type=click.Path(dir_okay=False, path_type=Path), default=None,
+        click.Option(["--out"], type=OutputPath(folder=False), default=None,
                      help="Output file (default: standard output)."),
+        *memory_check_params(),
     ]
     command = renamed_options(RENAMED.get(cls.name, {}), FLAGS)(command)
     params += command.__click_params__
@@ -64,10 +72,14 @@ def task_command(cls: type[Task]) -> click.Command:
                               "tokens and targets and a structured view to check them independently.")
 
 
-def _count(count: int) -> int:
-    if count < 1:
-        raise ConfigError(f"--count = {count} is invalid; use a whole number >= 1")
-    return count
+def _example_bytes(cfg: Task, sample: int = 256) -> int:
+    """Bytes one example of `cfg` holds while a batch is drawn, measured on `sample` examples (from a
+    generator of their own) and doubled: chunks drawn apart are joined into one batch at the end."""
+    import numpy as np
+
+    batch = cfg.draw(sample, np.random.default_rng(0))
+    arrays = [getattr(batch, f.name) for f in dataclasses.fields(batch)]
+    return 2 * -(-sum(a.nbytes for a in arrays if isinstance(a, np.ndarray)) // sample)
 
 
 def _write(cfg: Task, batch: Batch, out: Path | None) -> None:
@@ -75,13 +87,8 @@ def _write(cfg: Task, batch: Batch, out: Path | None) -> None:
     if out is None:
         write_jsonl(sys.stdout, cfg, batch)
         return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
+    with layout.atomic(out) as tmp:
         write_jsonl(tmp, cfg, batch)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     click.echo(f"wrote {len(batch)} examples to {out}", err=True)
 
 
@@ -91,7 +98,7 @@ for _cls in TASKS.classes():
 
 @data.command("prompts")
 @question_options
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", type=OutputPath(folder=True), required=True,
               help="Folder for questions.jsonl and the lm-evaluation-harness tasks (harness/).")
 def prompts(formulations: str, max_hops: int, questions: int, chains: int, n_options: int, seed: int,
             out: Path) -> None:

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import parse_values, renamed_options
+from headway.cli.options import (OutputPath, check_training_memory, memory_check_options, parse_values,
+                                 renamed_options)
 
 
 @click.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"),
+@click.option("--out", type=OutputPath(folder=True), default=Path("runs/demo"),
               show_default=True, help="Sweep directory; re-running reuses finished runs.")
 @click.option("--layers", default="1,2", show_default=True, help="Layer counts to train.")
 @click.option("--hops", default="1,2", show_default=True, help="Hop counts D to train on.")
@@ -21,15 +22,17 @@ from headway.cli.options import parse_values, renamed_options
 @click.option("--compose/--no-compose", default=True, show_default=True,
               help="Also train 2 layers on 3 hops with dense supervision and links in chain order.")
 @click.option("--device", default="auto", show_default=True)
+@memory_check_options
 @renamed_options({"--seeds": "--seed"})
 def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains: int | None, compose: bool,
-         device: str) -> None:
+         device: str, memory_check: bool) -> None:
     """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law; with
     --compose, also the cell where two layers solve three hops by composing links."""
     from headway.plots.depth import plot_depth
     from headway.runs.config import expand_grid
     from headway.studies.retrieval.depth import depth_table, measured_min_layers
     from headway.tasks.registry import scale_settings
+    from headway.execution import LocalExecutor
     from headway.train.sweep import train_runs
 
     axes = {"layers": parse_values("layers", layers, int), "hops": parse_values("hops", hops, int),
@@ -38,6 +41,7 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     base.update({k: v for k, v in (("vocab", vocab), ("chains", chains)) if v is not None})
     runs = expand_grid(base, axes)
     composing = expand_grid({**base, **COMPOSE_CELL}, {"seed": axes["seed"]}) if compose else []
+    check_training_memory(runs + composing, LocalExecutor(), device, memory_check)
     click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
                f"seeds {axes['seed']}){f' and {len(composing)} composing runs' if composing else ''} into {out}",
                err=True)
@@ -70,15 +74,16 @@ def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
     trained cell (one panel per formulation, every run classified)."""
     from headway.plots.phase import plot_phase_diagram
     from headway.studies.retrieval.phase import mechanism_evidence, phase_table, run_mechanisms
-    from headway.studies.retrieval.rules import SOLVED
+    from headway.studies.retrieval.rules import RetrievalRules
     from headway.studies.retrieval.tables import final_runs
 
+    rules = RetrievalRules()
     metrics = metrics.assign(part="plain")
-    final = final_runs(metrics)
+    final = final_runs(metrics, rules.solved_accuracy)
     probes, heads = mechanism_evidence(out, set(final.run_id))
-    classes = run_mechanisms(final, probes, heads)
-    phase = phase_table(final, metrics, classes)
-    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"], SOLVED,
+    classes = run_mechanisms(final, probes, heads, rules.reach_accuracy)
+    phase = phase_table(final, metrics, classes, rules.solved_accuracy)
+    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"], rules.solved_accuracy,
                                 title="headway demo")
     cell = final[final.run_id.isin(run_ids)].merge(classes, on="run_id")
     click.echo("\nTwo layers, three hops (dense supervision, links in chain order): more hops than layers,")

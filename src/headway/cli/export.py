@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from headway.cli.options import OutputPath
+
 
 @click.group()
 def export() -> None:
@@ -14,7 +16,7 @@ def export() -> None:
 
 @export.command("tl")
 @click.argument("run", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", type=OutputPath(folder=True), required=True,
               help="Folder for config.json, model.safetensors and headway.json.")
 @click.option("--instance", type=int, default=None, help="Instance of the ensemble at RUN [default: 0].")
 @click.option("--run-id", default=None, help="The run to export, found anywhere under RUN (a sweep).")

@@ -1,14 +1,20 @@
-"""`headway …`: the command-line entry point. Bad input exits with status 2 and one line."""
+"""`headway …`: the command-line entry point. Bad input exits with status 2 and one line; a stop signal, a full
+disk or a lack of memory also ends with one line and a documented status, never a traceback (docs/cli.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 import click
 
-from headway.errors import ConfigError, Interrupted, JobsFailed, TimeLimitReached
+from headway.errors import (INTERRUPT_EXIT, IO_EXIT, STOP_SIGNALS, TIME_LIMIT_EXIT, ConfigError, Interrupted,
+                            JobsFailed, Stopped)
 
-TIME_LIMIT_EXIT = 75  # EX_TEMPFAIL: stopped at --time-limit with everything saved; the same command continues
+__all__ = ["IO_EXIT", "TIME_LIMIT_EXIT", "cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -18,50 +24,90 @@ def cli() -> None:
 
 
 def _register() -> None:
+    """Add the commands (their modules import numpy, pandas and torch: seconds, during which a stop is caught)."""
     from headway.cli import data, demo, export, llm_eval, reach, show, study, train
 
-    cli.add_command(data.data)
-    cli.add_command(train.train)
-    cli.add_command(show.show)
-    cli.add_command(demo.demo)
-    cli.add_command(study.study)
-    cli.add_command(llm_eval.llm_eval)
-    cli.add_command(export.export)
-    cli.add_command(reach.reach)
+    for command in (data.data, train.train, show.show, demo.demo, study.study, llm_eval.llm_eval, export.export,
+                    reach.reach):
+        cli.add_command(command)
 
 
-_register()
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While the block runs, SIGTERM and SIGHUP raise `Stopped` wherever Ctrl-C would raise KeyboardInterrupt
+    (training handles all three itself and saves first); on the main thread only, as Python requires."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS if signum != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; map user errors to one line on stderr and exit status 2."""
+    """Run the CLI; map user errors to one line on stderr and exit status 2, and every stop and fault the
+    command cannot go on from to one line and its status."""
     try:
-        cli.main(args=argv, prog_name="headway", standalone_mode=False)
+        with stop_signals():
+            _register()
+            return _run(sys.argv[1:] if argv is None else list(argv))
+    except Stopped as stop:
+        click.echo(f"headway: stopped by {signal.Signals(stop.signum).name}; everything saved so far is kept, run "
+                   "the same command again to continue", err=True)
+        return stop.status
+    except KeyboardInterrupt:  # Ctrl-C outside training, start-up included
+        click.echo("headway: aborted", err=True)
+        return INTERRUPT_EXIT
+
+
+def _run(args: list[str]) -> int:
+    """Parse and run one command, turning what it raises into one line and an exit status."""
+    try:
+        with cli.make_context("headway", args) as ctx:
+            cli.invoke(ctx)
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.exceptions.Abort:
         click.echo("headway: aborted", err=True)
-        return 130
+        return INTERRUPT_EXIT
     except click.UsageError as err:
         hint = f" (try '{err.ctx.command_path} --help')" if err.ctx else ""
-        click.echo(f"headway: error: {err.format_message()}{hint}", err=True)
+        click.echo(f"headway: error: {_one_line(err.format_message())}{hint}", err=True)
         return 2
     except click.ClickException as err:
-        click.echo(f"headway: error: {err.format_message()}", err=True)
+        click.echo(f"headway: error: {_one_line(err.format_message())}", err=True)
         return err.exit_code
     except ConfigError as err:
-        click.echo(f"headway: error: {err}", err=True)
+        click.echo(f"headway: error: {_one_line(str(err))}", err=True)
         return 2
     except JobsFailed as err:
-        click.echo(f"headway: error: {err}", err=True)
+        click.echo(f"headway: error: {_one_line(str(err))}", err=True)
         return 1
-    except TimeLimitReached as err:
+    except Interrupted as err:  # Ctrl-C, SIGTERM or SIGHUP in training (its state saved), or the time limit
         click.echo(f"headway: {err}", err=True)
-        return TIME_LIMIT_EXIT
-    except Interrupted as err:
-        click.echo(f"headway: {err}", err=True)
-        return 130
+        return err.status
+    except OSError as err:  # a full disk, a read-only or vanished folder: what was written before is intact
+        where = f" ({err.filename})" if err.filename else ""
+        click.echo(f"headway: error: {_one_line(err.strerror or str(err))}{where}; fix that (e.g. free disk space) "
+                   "and run the same command again: everything saved so far is kept", err=True)
+        return IO_EXIT
+    except MemoryError:
+        click.echo("headway: error: out of memory; lower the sizes of the command (docs/cli.md#limits) and run it "
+                   "again: everything saved so far is kept", err=True)
+        return 1
     return 0
+
+
+def _one_line(text: str) -> str:
+    """A message on one line, as every refusal is printed."""
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ be set or swept under one name in every command; and the refusal of old option s
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +16,7 @@ from headway.compute import COMPILE_MODES, PRECISIONS, ComputeSettings
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
 from headway.execution.devices import resolve_device
+from headway.limits import MAX_LIST
 from headway.tasks.retrieval.prompts.formulations import parse_formulations
 from headway.tasks.retrieval.prompts.questions import QuestionSet
 
@@ -22,14 +25,15 @@ FALSE = ("false", "no", "off", "0")
 
 
 def parse_value(name: str, text: str, kind: type) -> Any:
-    """One value of setting `name` from the command line."""
+    """One value of setting `name` from the command line; a float must be finite."""
     text = text.strip()
+    flag = option_flag(name)
     if kind is bool:
         if text.lower() in TRUE:
             return True
         if text.lower() in FALSE:
             return False
-        raise ConfigError(f"--{name} got {text!r}; use true or false")
+        raise ConfigError(f"{flag} got {text!r}; use true or false")
     if kind is not str and text.lower() == "none":  # 'none' is a word for choices such as curriculum
         return None
     try:
@@ -38,23 +42,78 @@ def parse_value(name: str, text: str, kind: type) -> Any:
             if not value.is_integer():
                 raise ValueError
             return int(value)
-        return kind(text)
+        value = kind(text)
     except ValueError:
-        raise ConfigError(f"--{name} got {text!r}; expected {'an integer' if kind is int else 'a number'}") from None
+        raise ConfigError(f"{flag} got {text!r}; expected {'an integer' if kind is int else 'a number'}") from None
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"{flag} got {text!r}; expected a finite number")
+    return value
 
 
 def parse_values(name: str, text: str, kind: type) -> list[Any]:
-    """A comma-separated list of values; integers also accept an inclusive range `A..B`."""
+    """A comma-separated list of values; integers also accept an inclusive range `A..B`. At most
+    `MAX_LIST` values, counted before a range is spelled out."""
     values: list[Any] = []
+    flag = option_flag(name)
     for part in text.split(","):
         if kind is int and ".." in part:
             lo, hi = (parse_value(name, p, int) for p in part.split("..", 1))
+            if lo is None or hi is None:
+                raise ConfigError(f"{flag} range {part!r} needs two whole numbers; write LOW..HIGH")
             if hi < lo:
-                raise ConfigError(f"--{name} range {part!r} is empty; write LOW..HIGH")
+                raise ConfigError(f"{flag} range {part!r} is empty; write LOW..HIGH")
+            if hi - lo + 1 > MAX_LIST - len(values):
+                raise ConfigError(f"{flag} range {part!r} holds {hi - lo + 1} values; a list holds at most {MAX_LIST}")
             values.extend(range(lo, hi + 1))
         else:
             values.append(parse_value(name, part, kind))
+    if len(values) > MAX_LIST:
+        raise ConfigError(f"{flag} lists {len(values)} values; a list holds at most {MAX_LIST}")
+    return check_distinct(flag, values)
+
+
+def check_distinct(flag: str, values: list[Any]) -> list[Any]:
+    """`values` of option `flag`, refused when one is given twice (a list sweeps them: it would repeat runs)."""
+    seen: set[Any] = set()
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{flag} lists {value!r} twice; give each value once")
+        seen.add(value)
     return values
+
+
+class OutputPath(click.Path):
+    """A path a command writes to, checked when parsed: not empty, and a folder (or file) that exists
+    and is writable, or that can be created (its nearest existing parent a writable folder, not a file)."""
+
+    def __init__(self, folder: bool) -> None:
+        """`folder`: the path names a folder to write into, else a file."""
+        super().__init__(file_okay=not folder, dir_okay=folder, path_type=Path)
+        self.folder = folder
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        """The path, or a one-line refusal naming the option and what is wrong with it."""
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"the path is empty; give a {'folder' if self.folder else 'file'}", param, ctx)
+        path = Path(super().convert(value, param, ctx))
+        problem = writable_problem(path)
+        if problem:
+            self.fail(problem, param, ctx)
+        return path
+
+
+def writable_problem(path: Path) -> str | None:
+    """Why `path` cannot be written, or None when it can: it exists and is writable, or its nearest existing
+    parent is a writable folder. (Whether an existing path is a folder or a file, click's Path checks.)"""
+    try:
+        target = path if path.exists() else next(parent for parent in path.absolute().parents if parent.exists())
+    except OSError as err:  # a parent that cannot be searched
+        return f"{path} cannot be reached ({err.strerror})"
+    if target != path and not target.is_dir():
+        return f"{target} is a file, so {path} cannot be created under it"
+    if not os.access(target, os.W_OK | os.X_OK if target.is_dir() else os.W_OK):
+        return f"{target} is not writable here (read-only, or not yours)"
+    return None
 
 
 def option_flag(name: str) -> str:
@@ -140,15 +199,16 @@ def executor_params() -> list[click.Option]:
         click.Option(["--ray-address"], default=None, metavar="HOST:PORT",
                      help="Ray cluster to join (HOST:PORT, ray://HOST:PORT or auto); default: RAY_ADDRESS, else a "
                           "Ray instance on this machine."),
-        click.Option(["--ray-cpus"], type=float, default=1.0, show_default=True,
-                     help="CPUs each ensemble task reserves (also its torch threads)."),
+        click.Option(["--ray-cpus"], type=float, default=None,
+                     help="CPUs each ensemble task reserves (also its torch threads) [default: 1]."),
         click.Option(["--ray-gpus"], type=float, default=None,
                      help="GPUs each ensemble task reserves (fractions share a GPU) [default: 1 if the cluster has "
                           "GPUs and the device may be one, else 0]."),
         click.Option(["--ray-memory"], default=None, metavar="SIZE",
                      help="Memory each ensemble task reserves, e.g. 4GiB [default: an estimate per ensemble]."),
-        click.Option(["--ray-retries"], type=int, default=3, show_default=True,
-                     help="Times a task is retried after its worker or node is lost (it resumes from its checkpoint)."),
+        click.Option(["--ray-retries"], type=int, default=None,
+                     help="Times a task is retried after its worker or node is lost (it resumes from its checkpoint) "
+                          "[default: 3]."),
     ]
 
 
@@ -197,6 +257,25 @@ def check_compute(compute: ComputeSettings, executor: Executor, device: str) -> 
     CPU); under a cluster executor each worker resolves its own device, so nothing is checked here."""
     if executor.name == "local":
         compute.describe(resolve_device(device))
+
+
+def memory_check_params() -> list[click.Option]:
+    """`--no-memory-check`: go ahead even where the memory estimated beforehand exceeds what the device can give."""
+    return [click.Option(["--memory-check/--no-memory-check"], default=True, show_default=True,
+                         help="Refuse work whose memory, estimated before anything is allocated, exceeds what the "
+                              "device can give now (docs/cli.md#limits); --no-memory-check tries anyway.")]
+
+
+memory_check_options = options_decorator(memory_check_params)
+
+
+def check_training_memory(runs: list, executor: Executor, device: str, enabled: bool) -> None:
+    """Refuse, unless `enabled` is off, runs one of which this machine's `device` cannot hold to train
+    (`headway.train.capacity.check_training_fits`); a cluster's workers are other machines, so not under Ray."""
+    if enabled and executor.name == "local":
+        from headway.train.capacity import check_training_fits
+
+        check_training_fits(runs, resolve_device(device))
 
 
 def time_limit_params() -> list[click.Option]:

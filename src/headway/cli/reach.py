@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import parse_values
+from headway.cli.options import OutputPath, parse_values
 
 
 @click.command()
@@ -24,7 +24,7 @@ from headway.cli.options import parse_values
 @click.option("--samples", default=20000, type=int, show_default=True,
               help="Random orders per simulated cell (D > 8, causal, shuffled).")
 @click.option("--seed", default=0, type=int, show_default=True, help="Seed of every simulated cell.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("--csv", "csv_path", type=OutputPath(folder=False), default=None,
               help="Also write every cell (fraction, interval, method, ceiling, theorem_bound) as CSV.")
 def reach(hops: str, layers: str, attention: str, order: str, layout: str, chains: int, samples: int, seed: int,
           csv_path: Path | None) -> None:
@@ -35,7 +35,9 @@ def reach(hops: str, layers: str, attention: str, order: str, layout: str, chain
                         parse_values("attention", attention, str), parse_values("order", order, str),
                         parse_values("layout", layout, str), chains, samples=samples, seed=seed)
     if csv_path is not None:
-        table.to_csv(csv_path, index=False)
+        from headway.runs import layout
+
+        layout.write_text(csv_path, table.to_csv(index=False))
     click.echo(format_table(table))
 
 

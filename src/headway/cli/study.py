@@ -4,16 +4,19 @@ plan (every plan field with `axis(...)` metadata) and the run settings it lets a
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from pathlib import Path
 from typing import Any
 
 import click
 
-from headway.cli.options import (check_compute, compute_params, executor_params, option_flag, parse_value,
-                                 parse_values, pop_compute, pop_deadline, pop_executor, renamed_options,
-                                 time_limit_params)
-from headway.settings import field_types
+from headway.cli.options import (OutputPath, check_compute, check_distinct, check_training_memory, compute_params,
+                                 executor_params, memory_check_params, option_flag, parse_value, parse_values,
+                                 pop_compute, pop_deadline, pop_executor, renamed_options, time_limit_params)
+from headway.errors import ConfigError
+from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
+from headway.settings import check_choice, check_int, field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
 from headway.tasks.registry import setting_types
@@ -51,9 +54,11 @@ def parse_field(option: str, field: dataclasses.Field, kind: Any, text: str) -> 
     parse = field.metadata["parse"]
     if typing.get_origin(kind) is tuple:
         item = typing.get_args(kind)[0]
-        if parse is not None:
-            return tuple(parse(flag, part) for part in text.split(","))
-        return tuple(parse_values(flag, text, item))
+        values = ([parse(flag, part) for part in text.split(",")] if parse is not None
+                  else parse_values(flag, text, item))
+        if None in values:  # 'none' stands for no value in a list only where the plan gives it a meaning (words)
+            raise ConfigError(f"{option_flag(flag)} got {text!r}; give {item.__name__} values, not 'none'")
+        return tuple(check_distinct(option_flag(flag), values))
     return parse(flag, text) if parse is not None else parse_value(flag, text, kind)
 
 
@@ -64,22 +69,30 @@ def study_command(cls: type[Study]) -> click.Command:
     run_kinds = setting_types() | _run_types()
 
     def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, max_ensemble: int | None,
-                **given: str | None) -> None:
+                memory_check: bool, **given: str | None) -> None:
+        from headway.train.capacity import check_max_ensemble
+
+        check_max_ensemble(max_ensemble)
         executor = pop_executor(given)
         compute = pop_compute(given)
         deadline = pop_deadline(given)
         plan = cls.plan_for(scale)
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
+        _check_overrides(overrides, plan, {field.name: option_flag(name) for name, field in fields.items()})
         settings = {name: parse_value(name, text, run_kinds[name])
                     for name, text in given.items() if text is not None and name in cls.run_settings}
         plan = dataclasses.replace(plan, **overrides).with_settings(**settings)  # None is a value here
+        runs = plan.runs()
+        if len(runs) > MAX_RUNS:
+            raise ConfigError(f"the study's grids hold {len(runs)} runs; one command trains at most {MAX_RUNS}")
         if dry_run:
             _describe(plan, max_ensemble)
             return
-        click.echo(f"study {cls.name}, scale {scale}: {len(plan.runs())} runs into {out}", err=True)
         executor.prepare(device)
         check_compute(compute, executor, device)
+        check_training_memory(runs, executor, device, memory_check)
+        click.echo(f"study {cls.name}, scale {scale}: {len(runs)} runs into {out}", err=True)
         report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
                      deadline=deadline, max_ensemble=max_ensemble).run()
         click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")
@@ -87,12 +100,13 @@ def study_command(cls: type[Study]) -> click.Command:
     params = [
         click.Option(["--scale"], type=click.Choice(cls.scales), default=cls.scales[0], show_default=True,
                      help="Named scale of the plan (docs: " + (cls.doc or "docs/cli.md") + ")."),
-        click.Option(["--out"], type=click.Path(file_okay=False, path_type=Path), required=True,
+        click.Option(["--out"], type=OutputPath(folder=True), required=True,
                      help="Study folder; re-running reuses trained runs and finished analyses."),
         click.Option(["--device"], default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …"),
         *executor_params(),
         *compute_params(),
         *time_limit_params(),
+        *memory_check_params(),
     ]
     params += [click.Option([option_flag(name), name], default=None, metavar="V[,V…]",
                             help=f"{field.metadata['help']} [default: the scale's]") for name, field in fields.items()]
@@ -108,6 +122,46 @@ def study_command(cls: type[Study]) -> click.Command:
                for name, field in fields.items() if (field.metadata["was"] or field.name) != name}
     command = renamed_options(renamed)(command)
     return click.Command(cls.name, params=params + command.__click_params__, callback=command, help=cls.summary)
+
+
+# Plan fields whose given values must lie within another field of the plan (the development seeds are seeds of the
+# grid, the contrast hops hops of it), and bounds on plan fields that are no run setting (run settings are checked
+# when the plan's runs are built). Each plan's own checks may say the same; these hold whatever a plan checks.
+SUBSET_OF = {"development_seeds": "seeds", "contrast_hops": "hops"}
+FIELD_LIMITS = {"examples": (1, MAX_ANALYSIS_EXAMPLES), "llc_checkpoints": (2, MAX_CHECKPOINTS)}
+
+
+def _field_choices() -> dict[str, tuple[str, ...]]:
+    """Plan fields that hold a comma list of names, and the names each allows."""
+    from headway.analysis.llc.masks import WEIGHT_GROUPS
+
+    return {"llc_weights": WEIGHT_GROUPS}
+
+
+def _check_overrides(overrides: dict[str, Any], plan: Plan, flags: dict[str, str]) -> None:
+    """Refuse, before the plan is built, lists whose combinations (their product) exceed MAX_RUNS, a plan field
+    out of its bounds, or values outside the field they must lie in (`flags`: field name -> option)."""
+    lists = {name: len(value) for name, value in overrides.items()
+             if isinstance(value, tuple) and value and name not in SUBSET_OF}
+    if math.prod(lists.values()) > MAX_RUNS:
+        raise ConfigError(f"{' × '.join(f'{flags[name]} {n}' for name, n in lists.items())} make "
+                          f"{math.prod(lists.values())} combinations; a study command takes at most {MAX_RUNS}, so "
+                          "split the grid into several")
+    for name, (low, high) in FIELD_LIMITS.items():
+        if overrides.get(name) is not None:
+            check_int(flags[name], overrides[name], low, high)
+    for name, allowed in _field_choices().items():
+        if name in overrides:
+            for part in str(overrides[name]).split(","):
+                check_choice(flags[name], part.strip(), allowed)
+    for name, within in SUBSET_OF.items():
+        if name not in overrides:
+            continue
+        allowed = overrides.get(within, getattr(plan, within))
+        outside = [value for value in overrides[name] if value not in allowed]
+        if outside:
+            raise ConfigError(f"{flags[name]} {outside[0]} is not among the {flags[within]} values of the grid "
+                              f"({', '.join(map(str, allowed))}); give {flags[name]} from those")
 
 
 def _run_types() -> dict[str, type]:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from headway.cli.options import (check_compute, compute_options, executor_options, parse_values, pop_compute,
-                                 pop_deadline, pop_executor, renamed_options, sweep_options, time_limit_options)
+from headway.cli.options import (OutputPath, check_compute, check_training_memory, compute_options,
+                                 executor_options, memory_check_options, parse_values, pop_compute, pop_deadline,
+                                 pop_executor, renamed_options, sweep_options, time_limit_options)
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import field_types
@@ -28,7 +29,7 @@ def _task_help() -> str:
 
 
 @click.command()
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+@click.option("--out", type=OutputPath(folder=True), required=True,
               help="Sweep directory (one sub-directory per ensemble); re-running resumes.")
 @click.option("--task", type=click.Choice(TASKS.names()), default=DEFAULT_TASK, show_default=True, help=_task_help())
 @click.option("--scale", default=None, help="Defaults to start from: a named scale of the task (each task's are in "
@@ -40,10 +41,11 @@ def _task_help() -> str:
 @executor_options
 @compute_options
 @time_limit_options
+@memory_check_options
 @sweep_options(SETTINGS, _help)
 @renamed_options({"--seeds": "--seed (a comma list or A..B sweeps it)"})
 def train(out: Path, task: str, scale: str | None, device: str, progress: bool, max_ensemble: int | None,
-          **settings: str | None) -> None:
+          memory_check: bool, **settings: str | None) -> None:
     """Train a task. Every setting takes a comma list; the grid is their product.
 
     Example: headway train --scale cpu --layers 1,2 --hops 1,2 --seed 0..3 --out runs/depth
@@ -67,6 +69,7 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     base = scale_settings(scale, task)
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
+    check_training_memory(runs, executor, device, memory_check)
     click.echo(f"{len(runs)} run(s) → {out}", err=True)
     train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute,
                deadline=deadline, max_ensemble=max_ensemble)

@@ -65,13 +65,13 @@ class LocalExecutor(Executor):
             job.fn(*job.args)
 
 
-def make_executor(name: str = "local", address: str | None = None, cpus: float = 1.0, gpus: float | None = None,
-                  memory: str | None = None, retries: int = 3) -> Executor:
+def make_executor(name: str = "local", address: str | None = None, cpus: float | None = None,
+                  gpus: float | None = None, memory: str | None = None, retries: int | None = None) -> Executor:
     """The executor named `name`; the other arguments apply to Ray (address of the cluster, resources
-    each ensemble task reserves, retries after a lost worker) and are refused for `local`."""
+    each ensemble task reserves, retries after a lost worker; None: Ray's defaults) and are refused for `local`."""
     if name == "local":
-        given = [flag for flag, value in (("--ray-address", address), ("--ray-gpus", gpus), ("--ray-memory", memory))
-                 if value is not None]
+        given = [flag for flag, value in (("--ray-address", address), ("--ray-cpus", cpus), ("--ray-gpus", gpus),
+                                          ("--ray-memory", memory), ("--ray-retries", retries)) if value is not None]
         if given:
             raise ConfigError(f"{', '.join(given)} set with --executor local; add --executor ray")
         return LocalExecutor()

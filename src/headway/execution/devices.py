@@ -22,4 +22,6 @@ def resolve_device(device: str) -> torch.device:
                           f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}")
     if target.type not in ("cpu", "cuda"):
         raise ConfigError(f"device = {device!r} is not supported; use auto, cpu, cuda or cuda:N")
+    if target.type == "cpu" and target.index not in (None, 0):
+        raise ConfigError(f"device = {device!r} names a CPU that torch does not have; use cpu (all its cores)")
     return target

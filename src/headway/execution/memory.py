@@ -81,6 +81,15 @@ def memory_budget(device: torch.device | str, fraction: float = SAFETY) -> int:
     return int(fraction * available_ram())
 
 
+def check_fits(needed: int, device: torch.device | str, what: str, lower: str) -> None:
+    """Refuse, before it allocates, work estimated to need `needed` bytes when `device` can give less now: one
+    line saying what needs it and which setting to `lower` (or how to try anyway)."""
+    budget = memory_budget(device)
+    if needed > budget:
+        raise ConfigError(f"{what} needs about {needed / 2**30:.1f} GiB, more than the {budget / 2**30:.1f} GiB "
+                          f"{device} can give now; lower {lower}, or add --no-memory-check to try anyway")
+
+
 class LiveTensorBytes(TorchDispatchMode):
     """Counts the bytes of live tensor storages an operator touched while the mode was on, and their peak."""
 

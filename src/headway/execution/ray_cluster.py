@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import re
 import socket
@@ -19,6 +20,7 @@ from typing import Any
 import headway
 from headway.errors import ConfigError, JobsFailed, TimeLimitReached
 from headway.execution.base import Executor, Job
+from headway.limits import MAX_RAY_CPUS, MAX_RAY_GPUS, MAX_RAY_MEMORY, MAX_RAY_RETRIES
 
 CHECK_DIR = ".headway-check"  # per-command files under the store that tell a shared store from a local one
 CONNECT_TIMEOUT_S = 5.0
@@ -30,9 +32,10 @@ def parse_bytes(option: str, text: str) -> int:
     """`8GiB`, `500MB`, `2g` or a plain number of bytes."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
-    if match is None or unit not in _UNITS:
-        raise ConfigError(f"{option} got {text!r}; write a size such as 4GiB, 500MB or 2000000000")
-    return int(float(match.group(1)) * _UNITS[unit])
+    size = float(match.group(1)) * _UNITS[unit] if match and unit in _UNITS else math.nan
+    if not 1 <= size <= MAX_RAY_MEMORY:
+        raise ConfigError(f"{option} got {text!r}; write a size from 1 byte to 1PiB, such as 4GiB, 500MB or 2000000000")
+    return int(size)
 
 
 @dataclass(frozen=True)
@@ -46,16 +49,20 @@ class TaskResources:
     retries: int = 3
 
     @classmethod
-    def parse(cls, cpus: float, gpus: float | None, memory: str | None, retries: int) -> TaskResources:
-        """Resources from option values, each checked."""
-        if not cpus > 0:
-            raise ConfigError(f"--ray-cpus got {cpus}; a task needs more than 0 CPUs (fractions allowed)")
-        if gpus is not None and gpus < 0:
-            raise ConfigError(f"--ray-gpus got {gpus}; use 0, a fraction such as 0.25, or a whole number")
+    def parse(cls, cpus: float | None, gpus: float | None, memory: str | None, retries: int | None) -> TaskResources:
+        """Resources from option values (None: the default), each checked against `headway.limits`."""
+        cpus = cls.cpus if cpus is None else cpus
+        retries = cls.retries if retries is None else retries
+        if not (math.isfinite(cpus) and 0 < cpus <= MAX_RAY_CPUS):
+            raise ConfigError(f"--ray-cpus got {cpus}; a task needs more than 0 CPUs (fractions allowed) and at most "
+                              f"{MAX_RAY_CPUS:g}")
+        if gpus is not None and not (math.isfinite(gpus) and 0 <= gpus <= MAX_RAY_GPUS):
+            raise ConfigError(f"--ray-gpus got {gpus}; use 0, a fraction such as 0.25, or a whole number up to "
+                              f"{MAX_RAY_GPUS:g}")
         if gpus is not None and gpus > 1 and not float(gpus).is_integer():
             raise ConfigError(f"--ray-gpus got {gpus}; above 1 GPU, Ray takes whole numbers only")
-        if retries < 0:
-            raise ConfigError(f"--ray-retries got {retries}; use 0 or more")
+        if not 0 <= retries <= MAX_RAY_RETRIES:
+            raise ConfigError(f"--ray-retries got {retries}; use 0 to {MAX_RAY_RETRIES}")
         size = None if memory is None or memory.strip().lower() == "auto" else parse_bytes("--ray-memory", memory)
         return cls(cpus, gpus, size, retries)
 

@@ -180,38 +180,42 @@ def to_transformer_lens(path: Path | str, instance: int | None = None, step: int
 def write_export(export: TransformerLensExport, out: Path | str) -> TransformerLensExport:
     """Save `export` (TransformerLens 4.x) to a folder that `load_export`, or TransformerLens alone,
     loads: config.json, model.safetensors (the bridge's state dict) and headway.json."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     if transformer_lens_major() < 4:
         raise ConfigError("writing an export folder needs TransformerLens 4.x; with 3.x use "
                           "to_transformer_lens in Python")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / CONFIG_FILE).write_text(json.dumps(export.config, indent=2), encoding="utf-8")
     state = {k: v.detach().contiguous().cpu() for k, v in export.model.state_dict().items()}
-    save_file(state, str(out / WEIGHTS_FILE))
+    checksums = {CONFIG_FILE: layout.write_text(out / CONFIG_FILE, json.dumps(export.config, indent=2)),
+                 WEIGHTS_FILE: layout.write_bytes(out / WEIGHTS_FILE, save(state))}
     meta = {"run_id": export.run_id, "step": export.step, "loss": export.loss,
-            "readout_positions": export.readout_positions, "token_map": export.tokens.to_dict()}
-    (out / HEADWAY_FILE).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+            "readout_positions": export.readout_positions, "token_map": export.tokens.to_dict(),
+            "checksums": checksums}
+    layout.write_json(out / HEADWAY_FILE, meta)  # checked, and last: a folder without it is no export yet
     return export
 
 
 def load_export(folder: Path | str, device: str | torch.device = "cpu") -> TransformerLensExport:
     """A folder from `write_export` as a TransformerLensExport (TransformerLens 4.x)."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     folder = Path(folder)
     if not (folder / HEADWAY_FILE).is_file():
         raise ConfigError(f"{folder} is not a TransformerLens export (no {HEADWAY_FILE})")
+    meta = layout.read_json(folder / HEADWAY_FILE)
+    checksums = meta.get("checksums")
+    if not isinstance(checksums, dict) or not {CONFIG_FILE, WEIGHTS_FILE} <= checksums.keys():
+        raise layout.damaged(folder / HEADWAY_FILE, f"no checksums of {CONFIG_FILE} and {WEIGHTS_FILE} in it")
+    config = json.loads(layout.read_text(folder / CONFIG_FILE, checksums[CONFIG_FILE]))
+    weights = load(layout.read_bytes(folder / WEIGHTS_FILE, checksums[WEIGHTS_FILE]))
     import transformer_lens.model_bridge.sources.native  # noqa: F401 - attaches boot_native
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
 
-    config = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
-    meta = json.loads((folder / HEADWAY_FILE).read_text(encoding="utf-8"))
     model = TransformerBridge.boot_native(
         TransformerBridgeConfig(**config, architecture="TransformerLensNative", init_weights=False), device=device)
-    model.load_state_dict(load_file(str(folder / WEIGHTS_FILE), device=str(device)), strict=True)
+    model.load_state_dict({name: tensor.to(device) for name, tensor in weights.items()}, strict=True)
     if meta["loss"] == "mse":
         _guard_mse(model)
     return TransformerLensExport(model, config, TokenMap(**meta["token_map"]), meta["readout_positions"],

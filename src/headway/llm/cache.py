@@ -8,8 +8,10 @@ inner backend returns it, so stopping a run (Ctrl-C, a crash, a lost server) los
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -18,6 +20,7 @@ from typing import Any, Self
 
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, LoglikRequest, Progress
+from headway.runs import layout
 from headway.settings import check_int
 
 # SQLite limits the number of `?` parameters in one statement (999 in older builds).
@@ -28,18 +31,20 @@ def _checksum(key: str, text: str) -> str:
     return hashlib.blake2b(f"{key}={text}".encode("utf-8"), digest_size=8).hexdigest()
 
 
-def _decode(path: Path, key: str, stored: str) -> Any:
-    """The value of a stored row, its checksum verified (rows written before checksums are read as is)."""
+def _decode(path: Path, key: str, stored: Any) -> Any:
+    """The value of a stored row, its checksum verified. A row without one (written before answers were
+    checksummed, or altered) is refused like a damaged one: deleting the cache, which asks the model again,
+    is the migration (docs/llm-eval.md)."""
     try:
-        row = json.loads(stored)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        row = json.loads(stored) if isinstance(stored, str) else None
+    except json.JSONDecodeError:
         row = None
-    if isinstance(row, dict) and row.keys() == {"value", "check"}:
+    if isinstance(row, dict) and row.keys() == {"value", "check"} and isinstance(row["check"], str):
         if row["check"] == _checksum(key, json.dumps(row["value"])):
             return row["value"]
-    elif row is not None:
-        return row
-    raise ConfigError(f"{path} is damaged (an answer does not match its checksum); delete it to ask the model again")
+        raise layout.damaged(path, "an answer does not match its checksum")
+    raise layout.damaged(path, "an answer without a checksum: written by a headway before answers were "
+                               "checksummed, or altered")
 
 
 def request_key(kind: str, model_id: str, method: str, payload: Mapping[str, Any]) -> str:
@@ -83,16 +88,25 @@ class ResponseCache:
                 try:
                     rows = self._db.execute(f"SELECT key, value FROM responses WHERE key IN ({marks})", part).fetchall()
                 except sqlite3.DatabaseError as error:
-                    raise ConfigError(f"{self.path} is damaged ({error}); delete it to ask the model again") from None
+                    raise layout.damaged(self.path, str(error)) from None
                 found.update((key, _decode(self.path, key, value)) for key, value in rows)
         return found
 
     def put_many(self, items: Mapping[str, Any]) -> None:
-        """Store (or replace) each key's JSON-encodable value and commit at once."""
+        """Store (or replace) each key's JSON-encodable value and commit at once; a full disk is an OSError (what
+        was committed before stays), a damaged file a one-line refusal."""
         rows = [(key, json.dumps({"value": value, "check": _checksum(key, json.dumps(value))}))
                 for key, value in items.items()]
-        with self._lock, self._db:
-            self._db.executemany("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", rows)
+        try:
+            with self._lock, self._db:
+                self._db.executemany("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", rows)
+        except sqlite3.DatabaseError as error:
+            primary = (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF  # without the extended code's detail
+            if primary == sqlite3.SQLITE_FULL:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path)) from None
+            if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY):
+                raise OSError(errno.EIO, str(error), str(self.path)) from None
+            raise layout.damaged(self.path, str(error)) from None
 
     def __len__(self) -> int:
         """Number of stored answers."""

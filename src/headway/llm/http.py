@@ -10,15 +10,16 @@ rest of headway works without it.
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from types import ModuleType
 from typing import Any, TypeVar
 
 from headway.errors import ConfigError
+from headway.limits import MAX_BACKOFF_S, MAX_CONCURRENCY, MAX_REPLY_TOKENS, MAX_RETRIES, MAX_TIMEOUT_S
 from headway.llm.backend import Backend, BackendError, LoglikRequest, Progress
 from headway.settings import check_int, check_number
 
@@ -43,6 +44,24 @@ def import_httpx() -> ModuleType:
         except ImportError:
             continue
     raise BackendError("the http backend needs the httpx2 (or httpx) package; pip install 'headway[llm]'")
+
+
+def check_connection(base_url: str | None, timeout: float, retries: int, concurrency: int
+                     ) -> tuple[str, float, int, int]:
+    """The server's base URL (None: $OPENAI_BASE_URL, else the default) and the timeout, retries and concurrency
+    of its requests, each checked against `headway.limits`; an URL that does not parse is refused."""
+    if base_url is not None and not base_url.strip():
+        raise ConfigError(f"base URL '' is empty; give an http:// or https:// URL, such as {DEFAULT_BASE_URL}")
+    base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 1) > 0
+    except ValueError:  # e.g. an unclosed [IPv6 bracket or a port that is not a number
+        usable = False
+    if not usable:
+        raise ConfigError(f"base URL {base_url!r} is invalid; use an http:// or https:// URL, such as {DEFAULT_BASE_URL}")
+    return (base_url, check_number("timeout", timeout, 0.0, MAX_TIMEOUT_S, low_open=True),
+            check_int("retries", retries, 0, MAX_RETRIES), check_int("concurrency", concurrency, 1, MAX_CONCURRENCY))
 
 
 def continuation_logprob(reply: Any, start: int, end: int, url: str) -> float:
@@ -119,14 +138,8 @@ class OpenAIBackend(Backend):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         """Check the settings, open the HTTP client and settle the model (asking the server if none is named)."""
-        timeout = check_number("timeout", timeout, 0.0, math.inf, low_open=True, high_open=True)
-        retries = check_int("retries", retries, 0)
-        backoff = check_number("backoff", backoff, 0.0, math.inf, high_open=True)
-        concurrency = check_int("concurrency", concurrency, 1)
-        base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"base URL {base_url!r} is invalid; use an http:// or https:// URL, "
-                              f"such as {DEFAULT_BASE_URL}")
+        base_url, timeout, retries, concurrency = check_connection(base_url, timeout, retries, concurrency)
+        backoff = check_number("backoff", backoff, 0.0, MAX_BACKOFF_S)
         api_key = os.environ.get("OPENAI_API_KEY") if api_key is None else api_key
         self.base_url = base_url
         self.timeout = timeout
@@ -160,7 +173,7 @@ class OpenAIBackend(Backend):
 
     def generate(self, prompts: Sequence[str], max_tokens: int, progress: Progress | None = None) -> list[str]:
         """Greedy chat reply to each prompt, in prompt order ("" when the server sends no content)."""
-        check_int("max_tokens", max_tokens, 1)
+        check_int("max_tokens", max_tokens, 1, MAX_REPLY_TOKENS)
         return self._map(lambda prompt: self._reply(prompt, max_tokens), prompts, progress)
 
     def close(self) -> None:
@@ -227,7 +240,7 @@ class OpenAIBackend(Backend):
         unreachable, last = False, ""
         for attempt in range(attempts):
             if attempt:
-                self._sleep(self.backoff * 2 ** (attempt - 1))
+                self._sleep(min(self.backoff * 2 ** (attempt - 1), MAX_BACKOFF_S))
             try:
                 response = self._client.request(method, url, json=body)
             except (httpx.ConnectError, httpx.ConnectTimeout) as error:

@@ -14,7 +14,7 @@ from headway.analysis.statistics import binomial_tail, detectable_accuracy
 from headway.errors import ConfigError
 from headway.llm.evaluate import METRICS
 from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
-from headway.report.html import Report
+from headway.report.html import Report, code_span
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 from headway.tasks.retrieval.prompts.questions import ANSWER_CUE, REPLY_RULE, Question
 
@@ -35,8 +35,8 @@ def write_report(out: Path, results: pd.DataFrame, per_question: pd.DataFrame, q
                  meta: dict) -> Path:
     """Write `out/report.html` (its figure under `out/figures`) from the evaluation's tables; return its path."""
     out = Path(out)
-    subtitle = " · ".join(f"{name} `{meta[key]}`" for key, name in (("model", "model"), ("backend", "backend"))
-                          if key in meta)
+    subtitle = " · ".join(f"{name} {code_span(str(meta[key]))}" for key, name in (("model", "model"),
+                                                                                   ("backend", "backend")) if key in meta)
     report = Report("Prompted language models on the retrieval formulations", subtitle)
     _summary(report, results, questions, meta)
     _verdicts(report, results)
@@ -222,9 +222,9 @@ def _examples(report: Report, questions: Sequence[Question], per_question: pd.Da
     for key in formulation_order(q.formulation for q in questions):
         question = min((q for q in questions if q.formulation == key), key=lambda q: q.hops)
         form = FORMULATIONS[key]
-        report.paragraph(f"**{form.label}** ({form.title}), {_hops(question.hops)}, question `{question.id}`:")
+        report.paragraph(f"**{form.label}** ({form.title}), {_hops(question.hops)}, question {code_span(question.id)}:")
         report.code_block(question.prompt)
-        report.paragraph(f"Options: {', '.join(f'`{c}`' for c in question.choices)}. "
+        report.paragraph(f"Options: {', '.join(code_span(c) for c in question.choices)}. "
                          f"Correct answer: **{question.answer}**.")
         if question.id in answers.index:
             _model_answer(report, answers.loc[question.id], question)
@@ -237,7 +237,7 @@ def _model_answer(report: Report, row: pd.Series, question: Question) -> None:
         pred = row.get(f"pred_{metric}")
         if pred is None or pd.isna(pred):
             continue
-        chosen = "nothing parseable" if pred < 0 else f"`{question.choices[int(pred)]}`"
+        chosen = "nothing parseable" if pred < 0 else code_span(question.choices[int(pred)])
         parts.append(f"{metric} chose {chosen} ({'right' if row[metric] else 'wrong'})")
     if parts:
         report.paragraph("The model's answer: " + "; ".join(parts) + ".")

@@ -7,6 +7,7 @@ the same command again after an interruption asks the model only what it has not
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -16,9 +17,14 @@ from typing import Any
 import pandas as pd
 
 from headway.errors import ConfigError
+from headway.execution.devices import resolve_device
+from headway.limits import MAX_LLM_BATCH
 from headway.llm.backend import Backend
 from headway.llm.cache import CachedBackend, ResponseCache
 from headway.llm.evaluate import METRICS, evaluate, scoring_modes, summarise
+from headway.llm.http import check_connection
+from headway.runs import layout
+from headway.settings import check_int
 from headway.tasks.retrieval.prompts.harness import write_harness
 from headway.tasks.retrieval.prompts.questions import (
     Question,
@@ -29,6 +35,7 @@ from headway.tasks.retrieval.prompts.questions import (
 )
 
 BACKENDS = ("hf", "http", "vllm")
+PREDICTIONS, RESULTS, SUMMARY = "predictions.csv", "results.csv", "summary.json"  # the outputs read back
 
 
 @dataclass(frozen=True)
@@ -47,12 +54,20 @@ class BackendSettings:
     concurrency: int = 4
 
     def __post_init__(self) -> None:
-        """Refuse an unknown backend, or a local backend without a model, before anything loads."""
+        """Refuse an unknown backend, a local backend without a model, and a setting out of its bounds
+        (`headway.limits`) or a device this machine lacks, before anything loads."""
         if self.backend not in BACKENDS:
             raise ConfigError(f"backend = {self.backend!r} is unknown; choose one of {', '.join(BACKENDS)}")
         if self.backend != "http" and not self.model:
             raise ConfigError(f"the {self.backend} backend needs --model (a model folder, a .gguf file or "
                               f"an alias such as smollm2-135m)")
+        if self.model is not None and not self.model.strip():
+            raise ConfigError("--model is empty; name a model, or leave it out to take the server's first")
+        check_int("batch_size", self.batch_size, 1, MAX_LLM_BATCH)
+        if self.backend == "http":
+            check_connection(self.base_url, self.timeout, self.retries, self.concurrency)
+        if self.backend == "hf":
+            resolve_device(self.device)
 
 
 def open_backend(settings: BackendSettings) -> Backend:
@@ -112,30 +127,70 @@ def run_llm_eval(spec: QuestionSet, settings: BackendSettings, out: str | Path, 
     meta = {"model": backend.model_id, "backend": settings.backend, "scoring": modes, **_spec_meta(spec),
             "max_tokens": max_tokens, "questions": len(questions), "cache_hits": cached.hits,
             "cache_misses": cached.misses, "seconds": round(time.perf_counter() - started, 1)}
-    per_question.to_csv(out / "predictions.csv", index=False)
-    return _write_outputs(out, per_question, questions, meta)
+    checked = layout.write_text(out / PREDICTIONS, per_question.to_csv(index=False))
+    return _write_outputs(out, per_question, questions, meta, checked)
 
 
-def rewrite_outputs(out: str | Path) -> EvalResult:
+def rewrite_outputs(out: str | Path, adopt_unchecked: bool = False) -> EvalResult:
     """Rewrite an llm-eval folder's results.csv, summary.json and report.html from its predictions.csv, asking no
-    model; the questions are redrawn from its summary.json, and predictions that are not theirs are refused."""
+    model; the questions are redrawn from its summary.json, and predictions that are not theirs are refused.
+    predictions.csv must match the checksum summary.json holds for it; `adopt_unchecked` instead takes a folder
+    written before those checksums as it is (the migration docs/llm-eval.md describes) and checksums it."""
     out = Path(out)
-    lacking = [name for name in ("predictions.csv", "summary.json") if not (out / name).is_file()]
+    lacking = [name for name in (PREDICTIONS, SUMMARY) if not (out / name).is_file()]
     if lacking:
         raise ConfigError(f"{out} holds no llm-eval output to rewrite: {' and '.join(lacking)} missing")
-    summary, predictions = out / "summary.json", out / "predictions.csv"
-    try:
-        meta = json.loads(summary.read_text(encoding="utf-8"))["meta"]
-    except (ValueError, KeyError, TypeError) as err:  # not JSON, or no "meta" in it
-        raise _unreadable(summary, err) from None
+    summary, predictions = out / SUMMARY, out / PREDICTIONS
+    if adopt_unchecked:
+        meta = _unchecked_meta(summary)
+        try:
+            text = predictions.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise _unreadable(predictions, err) from None
+    else:
+        data = _checked_summary(summary, out)
+        meta, expected = data.get("meta"), data.get("checksums", {})
+        if not isinstance(meta, dict) or not isinstance(expected, dict) or PREDICTIONS not in expected:
+            raise layout.damaged(summary, f"no meta or no checksum of {PREDICTIONS} in it")
+        text = layout.read_text(predictions, expected[PREDICTIONS])
     try:  # as written: answers and replies stay text ("7", "", "None")
-        per_question = pd.read_csv(predictions, keep_default_na=False,
+        per_question = pd.read_csv(io.StringIO(text), keep_default_na=False,
                                    dtype={"id": str, "formulation": str, "answer": str, "reply": str})
     except ValueError as err:  # empty, ragged or not text
         raise _unreadable(predictions, err) from None
     questions = make_questions(_spec_of(meta, summary))
     _check_predictions(per_question, questions, meta, predictions)
-    return _write_outputs(out, per_question, questions, meta)
+    return _write_outputs(out, per_question, questions, meta, layout.digest(text.encode("utf-8")))
+
+
+def _checked_summary(summary: Path, out: Path) -> dict[str, Any]:
+    """summary.json read through its checksum; one written before llm-eval checksummed its outputs is refused
+    with the command that adopts it."""
+    try:
+        return layout.read_json(summary)
+    except ConfigError:
+        try:
+            data = json.loads(summary.read_text(encoding="utf-8"))
+        except ValueError:  # not JSON: damaged, as read_json says
+            data = None
+        unchecked = isinstance(data, dict) and layout.DIGEST_KEY not in data
+        if unchecked:
+            raise ConfigError(f"{summary} has no checksum: written by a headway from before llm-eval checksummed "
+                              "its outputs, or altered; if its predictions.csv is as that run wrote it, adopt the "
+                              f"folder with: headway llm-eval --rewrite-report --adopt-unchecked --out {out}") from None
+        raise
+
+
+def _unchecked_meta(summary: Path) -> dict[str, Any]:
+    """The meta of a summary.json written before checksums (plain JSON, no checksum): what adopting reads."""
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+        meta = data["meta"]
+    except (ValueError, KeyError, TypeError) as err:  # not JSON, or no "meta" in it
+        raise _unreadable(summary, err) from None
+    if layout.DIGEST_KEY in data or not isinstance(meta, dict):
+        raise ConfigError(f"{summary} is not an unchecked summary to adopt; drop --adopt-unchecked")
+    return meta
 
 
 def _unreadable(path: Path, err: Exception) -> ConfigError:
@@ -145,12 +200,14 @@ def _unreadable(path: Path, err: Exception) -> ConfigError:
 
 
 def _write_outputs(out: Path, per_question: pd.DataFrame, questions: list[Question],
-                   meta: dict[str, Any]) -> EvalResult:
-    """results.csv (one row per cell and metric), summary.json and report.html from the per-question rows."""
+                   meta: dict[str, Any], predictions: str) -> EvalResult:
+    """results.csv (one row per cell and metric), summary.json and report.html from the per-question rows, each
+    written atomically; summary.json (checked) holds the checksums of both CSV files (`predictions`: that of
+    predictions.csv), which are how `rewrite_outputs` knows them intact."""
     results = summarise(per_question)
-    results.to_csv(out / "results.csv", index=False)
-    summary = {"meta": meta, "results": results.to_dict(orient="records")}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    checksums = {PREDICTIONS: predictions, RESULTS: layout.write_text(out / RESULTS, results.to_csv(index=False))}
+    layout.write_json(out / SUMMARY, {"meta": meta, "results": results.to_dict(orient="records"),
+                                      "checksums": checksums})
     from headway.llm.report import write_report
 
     write_report(out, results, per_question, questions, meta)

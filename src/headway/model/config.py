@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from headway.errors import ConfigError
+from headway.limits import MAX_HEADS, MAX_LAYERS, MAX_MLP, MAX_WIDTH
 from headway.settings import Settings, check_bool, check_choice, check_int, check_number
 
 ATTENTION_KINDS = ("causal", "bidirectional")
@@ -32,11 +33,11 @@ class ModelConfig(Settings):
 
     def __post_init__(self) -> None:
         self.normalise(
-            layers=check_int("layers", self.layers, 1),
-            heads=check_int("heads", self.heads, 1),
-            d_model=check_int("d_model", self.d_model, 1),
-            d_head=None if self.d_head is None else check_int("d_head", self.d_head, 1),
-            d_mlp=None if self.d_mlp is None else check_int("d_mlp", self.d_mlp, 0),
+            layers=check_int("layers", self.layers, 1, MAX_LAYERS),
+            heads=check_int("heads", self.heads, 1, MAX_HEADS),
+            d_model=check_int("d_model", self.d_model, 1, MAX_WIDTH),
+            d_head=None if self.d_head is None else check_int("d_head", self.d_head, 1, MAX_WIDTH),
+            d_mlp=None if self.d_mlp is None else check_int("d_mlp", self.d_mlp, 0, MAX_MLP),
             layernorm=check_bool("layernorm", self.layernorm),
             attention=check_choice("attention", self.attention, ATTENTION_KINDS),
             init_scale=check_number("init_scale", self.init_scale, 0.0, low_open=True),

@@ -49,16 +49,37 @@ table.kv th { width: 14rem; }
 """
 
 
+# An inline code span: a run of backticks, then the shortest text up to a run of exactly as many (Markdown's rule).
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+
+
 def _inline(text: str) -> str:
-    """Escape `text` for HTML, then turn `**bold**` and `` `code` `` into tags (the only markup supported)."""
-    parts = re.split(r"`([^`]+)`", text)
-    out = []
-    for i, part in enumerate(parts):
-        if i % 2:
-            out.append(f"<code>{escape(part)}</code>")
-        else:
-            out.append(re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escape(part)))
+    """Escape `text` for HTML, then turn `**bold**` and `` `code` `` into tags (the only markup supported). A
+    span fenced by N backticks ends at the next run of exactly N, and one space is dropped inside each fence
+    when there is one at both ends, so `code_span` can quote any text, backticks included."""
+    out, last = [], 0
+    for match in _CODE_SPAN.finditer(text):
+        out.append(_bold(escape(text[last:match.start()])))
+        body = match.group(2)
+        if len(body) > 1 and body.startswith(" ") and body.endswith(" "):
+            body = body[1:-1]
+        out.append(f"<code>{escape(body)}</code>")
+        last = match.end()
+    out.append(_bold(escape(text[last:])))
     return "".join(out)
+
+
+def _bold(escaped: str) -> str:
+    return re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
+
+
+def code_span(text: str) -> str:
+    """`text` as an inline code span that `_inline` shows exactly, whatever backticks or spaces it holds (a model
+    id or a reply): fenced by one backtick more than its longest run of them, and padded with a space inside
+    each fence where it starts or ends with a backtick or a space."""
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] in ("`", " ") or text[-1:] in ("`", " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _slug(title: str) -> str:

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
+from headway.errors import ConfigError
 from headway.runs import layout
+
+RESUME_FILES = ("weights.safetensors", "trainer.safetensors", "metrics.parquet")  # a resume state's folder
 
 
 def tensor_digest(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> str:
@@ -34,19 +36,21 @@ def tensor_digest(tensors: dict[str, torch.Tensor], metadata: dict[str, str]) ->
 
 
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
-    """Write tensors (copied to contiguous CPU memory) and their digest atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    """Write tensors (copied to contiguous CPU memory) and their digest atomically (`read_tensors` checks it).
+    The file is serialised in memory and written by Python, so a full disk is an OSError naming the file."""
     cpu = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     metadata = dict(metadata or {})
-    save_file(cpu, str(tmp), metadata={**metadata, layout.DIGEST_KEY: tensor_digest(cpu, metadata)})
-    os.replace(tmp, path)
+    data = save(cpu, metadata={**metadata, layout.DIGEST_KEY: tensor_digest(cpu, metadata)})
+    with layout.atomic(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def read_tensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(CPU tensors, metadata without the digest) of a file from `save_tensors`, its digest verified."""
+    """(CPU tensors, metadata without the digest) of a file from `save_tensors`, its digest verified: a file
+    that is gone, truncated, altered or written otherwise is refused with one line naming it. Every tensor
+    file headway reads back (weights, resume states, a study's analysis tensors) is read through here."""
     if not Path(path).is_file():
-        raise FileNotFoundError(path)
+        raise layout.missing(path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as file:
             metadata = dict(file.metadata() or {})
@@ -95,8 +99,11 @@ def load_resume_state(run_dir: Path, device: torch.device | str = "cpu"):
     if not pointer.is_file():
         return None
     folder = run_dir / layout.RESUME / str(layout.read_json(pointer).get("dir"))
-    if not folder.is_dir():
-        raise layout.damaged(pointer, f"it points to {folder.name}, which does not exist")
+    pieces = [folder / name for name in RESUME_FILES]
+    gone = next((piece for piece in pieces if not piece.is_file()), None)
+    if gone is not None:
+        raise ConfigError(f"{gone} is missing from the resume state {pointer} points to; restore it, or delete "
+                          f"{run_dir / layout.RESUME} to train this ensemble again from its start")
     trainer, metadata = read_tensors(folder / "trainer.safetensors")
     if "counters" not in metadata:
         raise layout.damaged(folder / "trainer.safetensors", "no step counters in its metadata")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from headway.errors import ConfigError
 from headway.execution.sizes import balanced_sizes
+from headway.limits import MAX_RUNS, MAX_SEED
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
 from headway.settings import check_int
@@ -37,8 +39,13 @@ class RunConfig:
     data_seed: int = 0  # training pool and validation set (shared by runs that differ only in seed)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seed", check_int("seed", self.seed, 0))
-        object.__setattr__(self, "data_seed", check_int("data_seed", self.data_seed, 0))
+        object.__setattr__(self, "seed", check_int("seed", self.seed, 0, MAX_SEED))
+        object.__setattr__(self, "data_seed", check_int("data_seed", self.data_seed, 0, MAX_SEED))
+        default = TrainConfig()
+        for name in self.task.ignored_training:
+            if getattr(self.train, name) != getattr(default, name):
+                raise ConfigError(f"{name} = {getattr(self.train, name)!r} does not apply to task {self.task_name} "
+                                  f"({self.task.ignored_why}); leave it out")
 
     @property
     def task_name(self) -> str:
@@ -129,9 +136,18 @@ def _cut(members: list[RunConfig], most: int | None) -> list[list[RunConfig]]:
 
 def expand_grid(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[RunConfig]:
     """Every combination of the axis values on top of `base` (flat settings), in row-major order."""
+    size = math.prod(len(values) for values in axes.values())
+    if size > MAX_RUNS:
+        raise ConfigError(f"the grid holds {size} runs ({' × '.join(str(len(v)) for v in axes.values())}); "
+                          f"one command trains at most {MAX_RUNS}, so split it into several")
     combos: list[dict[str, Any]] = [dict(base)]
     for key, values in axes.items():
         if not values:
             raise ConfigError(f"grid axis {key} has no values")
+        seen: set[Any] = set()
+        for value in values:
+            if value in seen:
+                raise ConfigError(f"{key} lists {value!r} twice; every run must differ in some setting")
+            seen.add(value)
         combos = [{**c, key: v} for c in combos for v in values]
     return [RunConfig.from_flat(c) for c in combos]

@@ -23,15 +23,22 @@ def training_memory(runs: list[RunConfig]) -> int:
     weights with gradients, Adam moments and the copies a checkpoint makes (6 floats per parameter),
     activations kept for the backward pass, those of one evaluation chunk, and the token pools (int64
     tokens and targets) of each data seed."""
+    return int(MARGIN * (PROCESS_BYTES + sum(training_memory_terms(runs).values())))
+
+
+def training_memory_terms(runs: list[RunConfig]) -> dict[str, int]:
+    """The parts of `training_memory` (before its margin and the process) by the setting that drives each:
+    `model` (weights, gradients, moments: the shape), `batch` (activations of a training step), `evaluation`
+    (of one evaluation chunk) and `pools` (the training pools and validation sets)."""
     run, n = runs[0], len(runs)
     m, task = run.model, run.task
     d, h, dh, mlp, n_ctx = m.d_model, m.heads, m.head_dim, m.mlp_dim, task.n_ctx
     params = task.d_vocab * d + n_ctx * d + m.layers * (4 * h * dh * d + 2 * d * mlp + mlp + 5 * d) + d * task.d_out
     kept = m.layers * (4 * d + 4 * h * dh + 3 * h * n_ctx + 3 * mlp) + 3 * task.d_out  # floats per token
     evaluated = 6 * d + 2 * h * n_ctx + mlp + task.d_out
-    floats = 6 * params + n_ctx * (run.train.batch_size * kept + min(EVAL_CHUNK, run.train.val_size) * evaluated)
     pools = len({r.data_seed for r in runs}) * (run.train.train_size + run.train.val_size) * n_ctx * 8 * 2
-    return int(MARGIN * (PROCESS_BYTES + n * 4 * floats + pools))
+    return {"model": n * 4 * 6 * params, "batch": n * 4 * n_ctx * run.train.batch_size * kept,
+            "evaluation": n * 4 * n_ctx * min(EVAL_CHUNK, run.train.val_size) * evaluated, "pools": pools}
 
 
 # Measured on one H100 (torch 2.11, bf16 autocast, eager step; benchmarks/RESULTS.md "GPU: one H100"):

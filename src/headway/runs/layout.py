@@ -51,23 +51,77 @@ def damaged(path: Path | str, why: str) -> ConfigError:
     return ConfigError(f"{path} is damaged ({why}); delete it to have it computed again, or restore it from a copy")
 
 
+def missing(path: Path | str) -> ConfigError:
+    """The one-line error for a file headway wrote and expects to read back, which is gone."""
+    return ConfigError(f"{path} is missing; run the command that wrote it again, or restore it from a copy")
+
+
+@contextlib.contextmanager
+def atomic(path: Path) -> Iterator[Path]:
+    """A temporary path beside `path` to write in the block, renamed over `path` when the block ends and
+    removed when it fails (a full disk, a stop signal): a reader finds the old file or the new one, never
+    part of one, and a failed write leaves nothing behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def digest(data: bytes) -> str:
+    """The checksum headway keeps of a file's bytes (BLAKE2b, 16 bytes, hex)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def write_text(path: Path, text: str) -> str:
+    """Write `text` (UTF-8) atomically and return the checksum of its bytes, for a checked file to record
+    (a CSV keeps no checksum of its own, so the JSON summary beside it holds it; `read_text`)."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> str:
+    """Write `data` atomically and return its checksum, as `write_text` does."""
+    with atomic(path) as tmp:
+        tmp.write_bytes(data)
+    return digest(data)
+
+
+def read_bytes(path: Path | str, expected: str) -> bytes:
+    """The bytes of a file whose checksum is `expected` (recorded in a checked file); altered, truncated or
+    gone, it is refused with one line naming it."""
+    if not Path(path).is_file():
+        raise missing(path)
+    data = Path(path).read_bytes()
+    if digest(data) != expected:
+        raise damaged(path, "its contents differ from the checksum recorded when it was written")
+    return data
+
+
+def read_text(path: Path | str, expected: str) -> str:
+    """The text of a file from `write_text` whose checksum is `expected` (`read_bytes`)."""
+    return read_bytes(path, expected).decode("utf-8")
+
+
 def _json_digest(data: dict[str, Any]) -> str:
-    return hashlib.blake2b(json.dumps(data, sort_keys=True).encode(), digest_size=16).hexdigest()
+    return digest(json.dumps(data, sort_keys=True).encode())
 
 
 def write_json(path: Path, data: dict[str, Any], checked: bool = True) -> None:
     """Write a JSON object through a temporary file and an atomic rename, so a kill never leaves half a
     file; `checked` adds a checksum of its contents (`DIGEST_KEY`) that `read_json` verifies."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({**data, DIGEST_KEY: _json_digest(data)} if checked else data, indent=2,
-                              sort_keys=True))
-    os.replace(tmp, path)
+    with atomic(path) as tmp:
+        tmp.write_text(json.dumps({**data, DIGEST_KEY: _json_digest(data)} if checked else data, indent=2,
+                                  sort_keys=True))
 
 
 def read_json(path: Path | str) -> dict[str, Any]:
-    """A JSON object written by `write_json`, without its checksum; a file that does not parse, has no
-    checksum or whose contents differ from it is refused, naming it."""
+    """A JSON object written by `write_json`, without its checksum; a file that is gone, does not parse, has
+    no checksum or whose contents differ from it is refused, naming it."""
+    if not Path(path).is_file():
+        raise missing(path)
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -93,12 +147,10 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(frame, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHAPE_KEY: _shape(frame)})
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp, write_page_checksum=True)
-    os.replace(tmp, path)
+    with atomic(path) as tmp:
+        pq.write_table(table, tmp, write_page_checksum=True)
 
 
 def read_table(path: Path | str) -> pd.DataFrame:
@@ -107,7 +159,7 @@ def read_table(path: Path | str) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     if not Path(path).is_file():
-        raise FileNotFoundError(path)
+        raise missing(path)
     try:
         table = pq.read_table(path, page_checksum_verification=True)
         frame = table.to_pandas()

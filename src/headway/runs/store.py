@@ -25,9 +25,35 @@ def _ensembles(path: Path | str) -> list[Path]:
 
 
 def load_runs(path: Path | str) -> list[RunConfig]:
-    """The run configs at `path`, ensemble by ensemble, in instance order."""
-    return [RunConfig.from_flat(flat) for d in _ensembles(path)
-            for flat in layout.read_json(d / layout.CONFIG)["runs"]]
+    """The run configs at `path`, ensemble by ensemble, in instance order; a config.json that does not hold
+    valid runs (edited by hand, even with its checksum recomputed) is refused, naming it."""
+    return [run for d in _ensembles(path) for run in _configs(d / layout.CONFIG)]
+
+
+def _configs(path: Path) -> list[RunConfig]:
+    """The runs an ensemble's config.json lists, each checked as a run."""
+    flats = _records(path, layout.read_json(path))
+    try:
+        return [RunConfig.from_flat(flat) for flat in flats]
+    except (ConfigError, TypeError, ValueError) as err:
+        raise layout.damaged(path, f"it does not hold valid runs: {err}") from None
+
+
+def _records(path: Path, data: dict) -> list[dict]:
+    """The non-empty list of objects under "runs" in the JSON `data` read from `path`."""
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not runs or not all(isinstance(run, dict) for run in runs):
+        raise layout.damaged(path, 'no list of runs under "runs"')
+    return runs
+
+
+def finished_metrics(run_dir: Path) -> pd.DataFrame:
+    """The metrics of an ensemble whose summary says training finished; refused, naming the file, when gone."""
+    metrics = run_dir / layout.METRICS
+    if not metrics.is_file():
+        raise ConfigError(f"{metrics} is missing although {layout.SUMMARY} beside it says training finished; "
+                          f"restore it, or delete {run_dir} to train that ensemble again")
+    return layout.read_table(metrics)
 
 
 def load_metrics(path: Path | str) -> pd.DataFrame:
@@ -35,10 +61,12 @@ def load_metrics(path: Path | str) -> pd.DataFrame:
     flat config as columns (so `df.groupby(["layers", "hops"])` works directly)."""
     frames = []
     for d in _ensembles(path):
-        metrics_file = d / layout.METRICS
-        if not metrics_file.is_file():
+        if (d / layout.SUMMARY).is_file():
+            metrics = finished_metrics(d)
+        elif (d / layout.METRICS).is_file():
+            metrics = layout.read_table(d / layout.METRICS)
+        else:  # nothing logged yet
             continue
-        metrics = layout.read_table(metrics_file)
         configs = pd.DataFrame([run.flat() for run in load_runs(d)])
         configs["instance"] = range(len(configs))
         configs["ensemble"] = d.name
@@ -61,7 +89,10 @@ def load_summary(path: Path | str) -> list[dict]:
         runs = [run.flat() for run in load_runs(d)]
         summary_file = d / layout.SUMMARY
         if summary_file.is_file():
-            finals = [r["final"] for r in layout.read_json(summary_file)["runs"]]
+            finals = [run.get("final") for run in _records(summary_file, layout.read_json(summary_file))]
+            if len(finals) != len(runs) or not all(isinstance(final, dict) for final in finals):
+                raise layout.damaged(summary_file, f"it does not hold the final metrics of the {len(runs)} runs "
+                                                   f"its {layout.CONFIG} lists")
             complete = True
         else:
             finals, complete = _last_rows(d, len(runs)), False

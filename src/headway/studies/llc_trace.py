@@ -18,9 +18,27 @@ from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
-from headway.train.objective import run_loss
+from headway.train.objective import readout_loss, run_loss
 
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
+
+
+def estimator_bias(settings: SGLDSettings) -> float:
+    """The worst relative error of the LLC estimator at `settings` on the known-answer suite (models of known
+    λ; `headway.analysis.llc.known_answers`), measured on the CPU in seconds: the bias a study allows for
+    beside its own estimates (`development(bias=...)`) and shows beside its LLC tables."""
+    from headway.analysis.llc.known_answers import suite_bias
+
+    return suite_bias(settings, device="cpu").max_abs_relative_error
+
+
+def uniform_guess_loss(run: RunConfig, targets: torch.Tensor) -> float:
+    """The training loss of a uniform guess (every output zero: equal logits, or no one-hot predicted) on the
+    pool's targets [E, N, T]: the chance level against which `estimate_llc` judges whether chains left the
+    basin of w*."""
+    task = run.task
+    zeros = torch.zeros(*targets[:1].shape, task.vocab, device=targets.device).flatten(2)
+    return float(readout_loss(zeros, targets[:1], task.vocab, run.train.loss, task.train_targets_masked))
 
 
 def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,7 +56,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
-    columns (instance indexing `instances`), passed through `tag`. Each checkpoint is saved to `folder`
+    columns (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so `invalid` says when
+    chains left the basin), passed through `tag`. Each checkpoint is saved to `folder`
     as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged. Losses are
     evaluated at `precision` (`headway.compute`). Once `deadline` (a `time.time()` value) has passed, no
     further checkpoint is started: TimeLimitReached, with every finished checkpoint kept for the next call."""
@@ -53,7 +72,9 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     pool_tokens, pool_targets = training_pool(first, len(instances), device)
     masks = weight_masks(model, weights)
     loss = run_loss(first.task, first.train.loss)
-    settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], **(stamp or {})}
+    chance = uniform_guess_loss(first, pool_targets)
+    settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
+                **(stamp or {})}  # traces from before the basin check lack chance_loss: traced again
     if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
         for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
             stale.unlink()
@@ -71,7 +92,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
         anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group
         for name, mask in masks.items():
             result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor,
-                                  precision=precision)
+                                  precision=precision, chance_loss=chance)
             frame = result.to_frame()
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)

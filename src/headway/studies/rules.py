@@ -56,8 +56,10 @@ class Rules(Settings):
                 raise ConfigError(f"rule {f.name} = {value!r} is invalid; use a number in {allowed}")
 
     def stamp(self, stage: str = "analysis") -> dict[str, Any]:
-        """The rules read at `stage`, by name: what a cached analysis depends on."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"] == stage}
+        """The rules read at `stage`, by name, with the values their sweep tries where it has one (an analysis
+        that computes a sensitivity sweep depends on those too): what a cached analysis depends on."""
+        return {f.name: [getattr(self, f.name), list(f.metadata["sweep"])] if f.metadata["sweep"]
+                else getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"] == stage}
 
     def sweeps(self) -> dict[str, tuple]:
         """Rule name → the values its sensitivity sweep tries (swept rules only), in field order."""

@@ -75,8 +75,8 @@ class Finding:
 
     @classmethod
     def not_testable(cls, claim: str, test: str, why: str, evidence: str = "") -> Finding:
-        """A claim this study cannot test, and why."""
-        return cls(claim, test, evidence or why, untestable=why)
+        """A claim this study cannot test, and why (the reason is not repeated as evidence)."""
+        return cls(claim, test, evidence, untestable=why)
 
 
 def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
@@ -91,7 +91,8 @@ def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
         rule = f"Test, fixed in advance: {finding.test}."
         if finding.untestable or math.isnan(finding.p_value):
             why = finding.untestable or "the test's statistic could not be computed"
-            verdicts.append(Verdict(finding.claim, "not testable", f"{rule} Not testable: {why}. {finding.evidence}"))
+            verdicts.append(Verdict(finding.claim, "not testable",
+                                    f"{rule} Not testable: {why}." + (f" {finding.evidence}" if finding.evidence else "")))
             continue
         power = float(finding.power(level))
         judged = (f"p = {finding.p_value:.3g}, judged with Holm's correction over {len(testable)} testable claim(s) "

@@ -71,6 +71,8 @@ class Task(Settings, ABC):
     scales: ClassVar[dict[str, dict[str, Any]]]  # named flat settings over the run defaults; the first is the default
     default_loss: ClassVar[str] = "cross_entropy"  # the `loss` every scale starts from
     evaluates_training_pool: ClassVar[bool] = False  # log train_* accuracies over the whole pool at each evaluation
+    ignored_training: ClassVar[tuple[str, ...]] = ()  # training settings the task does not use: refused unless default
+    ignored_why: ClassVar[str] = ""  # why it does not use them, for that refusal
 
     # --- shapes the model and trainer are built for ---------------------------------------------
 

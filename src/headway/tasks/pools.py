@@ -8,7 +8,8 @@ from headway.errors import ConfigError
 from headway.settings import is_integer
 from headway.tasks.base import Batch, Task
 
-# Validation top-up rounds before concluding the task has too few distinct examples.
+# Validation top-up rounds before concluding the task has too few distinct examples (sooner when a top-up round
+# finds no example outside the pool).
 _MAX_TOP_UPS = 100
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -31,6 +32,8 @@ def make_pools(cfg: Task, train_size: int, val_size: int, seed: int) -> tuple[Ba
     for _ in range(_MAX_TOP_UPS):
         drawn = cfg.draw(max(2 * missing, 1024) if kept else missing, val_rng, validation=True)
         fresh = drawn.subset(np.flatnonzero(~seen.contains(drawn.tokens))[:missing])
+        if kept and not len(fresh):  # a top-up of 1024 or more draws found none: the pool holds (nearly) all
+            break
         kept.append(fresh)
         missing -= len(fresh)
         if missing == 0:
@@ -57,12 +60,24 @@ class _SeenRows:
         hits = np.flatnonzero(self._sorted[slot] == hashes)
         if hits.size == 0:
             return np.zeros(len(tokens), dtype=bool)
-        candidates = self._tokens[np.isin(self._hashes, hashes[hits])]
-        known = {row.tobytes() for row in np.unique(candidates.reshape(len(candidates), -1), axis=0)}
+        known = {row.tobytes() for row in self._distinct(np.isin(self._hashes, hashes[hits]))}
         found = np.zeros(len(tokens), dtype=bool)
         flat = tokens.reshape(len(tokens), -1)
         found[hits] = [flat[i].tobytes() in known for i in hits]
         return found
+
+
+    def _distinct(self, mask: np.ndarray) -> np.ndarray:
+        """The distinct indexed rows among those `mask` selects, flattened: rows grouped by hash, each group's
+        first row kept and any other row that differs from it (a hash collision), so a pool of many copies
+        of few rows costs one sort of hashes, not of rows."""
+        index = np.flatnonzero(mask)
+        index = index[np.argsort(self._hashes[index], kind="stable")]
+        hashes = self._hashes[index]
+        starts = np.r_[True, hashes[1:] != hashes[:-1]]
+        first = index[np.maximum.accumulate(np.where(starts, np.arange(len(index)), 0))]
+        flat = self._tokens.reshape(len(self._tokens), -1)
+        return flat[index[starts | (flat[index] != flat[first]).any(axis=1)]]
 
 
 def _row_hashes(tokens: np.ndarray) -> np.ndarray:

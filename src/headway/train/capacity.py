@@ -21,10 +21,11 @@ from collections.abc import Callable
 import torch
 
 from headway.compute import ComputeSettings, precision_context
-from headway.execution.memory import Footprint, fit_footprint, memory_budget, peak_bytes
+from headway.execution.memory import Footprint, check_fits, fit_footprint, memory_budget, peak_bytes
+from headway.limits import MAX_RUNS, MAX_SEED
 from headway.recipe import EVAL_CHUNK
 from headway.runs.config import RunConfig
-from headway.runs.cost import MARGIN, PROCESS_BYTES, training_memory
+from headway.runs.cost import MARGIN, PROCESS_BYTES, training_memory, training_memory_terms
 from headway.settings import check_int
 from headway.train.objective import evaluate
 from headway.train.trainer import EnsembleTrainer
@@ -35,14 +36,31 @@ MEASURE_ABOVE = 0.25  # measure a group only when its analytic estimate reaches 
 _footprints: dict[tuple[str, str, bool, str], Footprint] = {}
 
 
+# What to lower for each part of the training memory (`headway.runs.cost.training_memory_terms`).
+LOWER = {"model": "d_model, d_mlp, heads, layers or vocab", "batch": "batch_size", "evaluation": "val_size",
+         "pools": "train_size or val_size"}
+
+
 def check_max_ensemble(value: int | None) -> int | None:
-    """A user's cap on the runs per ensemble: None (the measured capacity) or a whole number >= 1."""
-    return None if value is None else check_int("max_ensemble", value, 1)
+    """A user's cap on the runs per ensemble: None (the measured capacity) or a whole number in 1..MAX_RUNS."""
+    return None if value is None else check_int("max_ensemble", value, 1, MAX_RUNS)
+
+
+def check_training_fits(runs: list[RunConfig], device: torch.device | str) -> None:
+    """Refuse, before anything is allocated, runs one of which needs more memory to train alone than `device`
+    can give (`training_memory`, analytic): an ensemble too large is split to fit, a single run cannot be."""
+    shapes = {json.dumps(run.ensemble_key(), sort_keys=True): run for run in runs}
+    for run in shapes.values():
+        terms = training_memory_terms([run])
+        part = max(terms, key=terms.__getitem__)
+        check_fits(training_memory([run]), device, f"training one run like {run.run_id} (its {part}: "
+                   f"{terms[part] / 2**30:.1f} GiB)", LOWER[part])
 
 
 def probe_runs(run: RunConfig, size: int, shared_data: bool) -> list[RunConfig]:
     """`size` runs of the shape of `run` (seeds counted up from its own), sharing its data seed or not."""
-    return [dataclasses.replace(run, seed=run.seed + i, data_seed=run.data_seed + (0 if shared_data else i))
+    return [dataclasses.replace(run, seed=(run.seed + i) % (MAX_SEED + 1),
+                                data_seed=(run.data_seed + (0 if shared_data else i)) % (MAX_SEED + 1))
             for i in range(size)]
 
 

@@ -15,12 +15,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from headway.errors import ConfigError, Interrupted, TimeLimitReached
+from headway.errors import STOP_SIGNALS, ConfigError, Interrupted, Stopped, TimeLimitReached
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
 from headway.runs.config import RunConfig
-from headway.runs.store import plain_value
+from headway.runs.store import finished_metrics, plain_value
 from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.execution.allocator import keep_freed_memory
@@ -100,7 +100,7 @@ class EnsembleTrainer:
         self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), mode, "training loss")
         self.update_mode = None if mode is None else "default"  # in-place updates gain nothing from CUDA graphs
         self.deadline = deadline
-        self._stop_requested = False
+        self._stop_signal: int | None = None  # the signal that asked training to stop, once one has
         self._reported: set[int] = set()
 
     def fit(self) -> pd.DataFrame:
@@ -117,7 +117,7 @@ class EnsembleTrainer:
             if layout.read_json(config_path) != config:
                 raise ConfigError(f"{self.run_dir} already holds other runs; choose a new output directory")
             if (self.run_dir / layout.SUMMARY).is_file():
-                return layout.read_table(self.run_dir / layout.METRICS)
+                return finished_metrics(self.run_dir)
         layout.write_json(config_path, config)
         data, model, optim, state = self.setup()
         rows: list[dict] = []
@@ -135,7 +135,8 @@ class EnsembleTrainer:
         bar = tqdm(total=cfg.steps, initial=start, desc=self.run_dir.name, unit="step",
                    disable=None if self.progress else True, dynamic_ncols=True)
         on_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, self._request_stop) if on_main_thread else None
+        previous = ({signum: signal.signal(signum, self._request_stop) for signum in STOP_SIGNALS}
+                    if on_main_thread else {})
         try:
             if resumed is None:  # a state saved at step 0 already holds step 0's row
                 self._log(model, data, state, 0, rows, bar)
@@ -147,16 +148,17 @@ class EnsembleTrainer:
                 if done % cfg.eval_every == 0 or done == cfg.steps:
                     self._log(model, data, state, done, rows, bar)
                 out_of_time = self.deadline is not None and time.time() >= self.deadline and done < cfg.steps
-                if done in keep or self._stop_requested or out_of_time:
+                stop = self._stop_signal
+                if done in keep or stop is not None or out_of_time:
                     self._save(model, optim, state, done, rows, keep)
-                if self._stop_requested:
-                    raise Interrupted(done)
+                if stop is not None:
+                    raise Interrupted(done, stop)
                 if out_of_time:
                     raise TimeLimitReached(done)
         finally:
             bar.close()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
         metrics = pd.DataFrame(rows)
         self._write_summary(metrics, state, time.perf_counter() - started, start)
         return metrics
@@ -176,10 +178,11 @@ class EnsembleTrainer:
         )
         return data, model, optim, TrainerState.fresh(n, self.device)
 
-    def _request_stop(self, signum, frame) -> None:
-        if self._stop_requested:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self._stop_requested = True
+    def _request_stop(self, signum: int, frame) -> None:
+        """The first Ctrl-C, SIGTERM or SIGHUP lets the step finish and saves; a second stops at once, unsaved."""
+        if self._stop_signal is not None:
+            raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+        self._stop_signal = signum
 
     def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: TrainerState, step: int) -> None:
         """Update `step` → `step + 1` for every active instance; flags instances that diverge."""

@@ -24,15 +24,16 @@ from headway.tasks.modular.fourier import (
 )
 
 
-def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str
-                    ) -> dict[str, pd.DataFrame]:
+def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
+                    coverage: float) -> dict[str, pd.DataFrame]:
     """The tables spectrum (per instance and frequency), fourier (per instance) and fourier_curve (per
-    checkpoint and instance) of the instances `members` (one task), `instance` indexing `members`."""
+    checkpoint and instance) of the instances `members` (one task), `instance` indexing `members`; the
+    key frequencies hold `coverage` of the final embedding's norm."""
     p = runs[members[0]].task.modulus
     model = load_model(run_dir, members, device=device)
     embedding = embedding_spectrum(model, p)
     logits = logit_spectrum(pair_logits(model, p))
-    keys = key_frequencies(embedding)
+    keys = key_frequencies(embedding, coverage)
     e, k = embedding.shape
     spectrum = pd.DataFrame({"instance": np.repeat(np.arange(e), k), "frequency": np.tile(frequencies(p), e),
                              "embedding_share": embedding.ravel(), "logit_share": logits.ravel()})

@@ -1,8 +1,10 @@
 """Writes the modular-addition study's outputs: `results.csv`, `llc_curve.csv`, `summary.json`, the
-figures and the offline HTML report, opening with the verdict on each claim."""
+figures and the offline HTML report, opening with the verdict on each claim (its test, p, α and power)
+and closing with the rules it was judged by."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -14,23 +16,16 @@ from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import StudyData
-from headway.studies.modular.tables import (
-    DELAY,
-    GENERALISED,
-    LLC_FALL,
-    MEMORISED,
-    ModularTables,
-    grokking_sensitivity,
-    run_title,
-    summary_json,
-)
-from headway.studies.modular.verdicts import LOGITS_EXPLAINED, SPARSER
-from headway.studies.verdict import Verdict, verdict_callouts
-from headway.tasks.modular.fourier import COVERAGE
+from headway.studies.modular.rules import ModularRules
+from headway.studies.modular.tables import ModularTables, grokking_counts, grokking_sensitivity, run_title, summary_json
+from headway.studies.modular.verdicts import verdict_sensitivity
+from headway.studies.verdict import Verdict, methods_section, verdict_callouts
 
 RUN_COLUMNS = ["train_fraction", "weight_decay", "seed", "train_accuracy", "val_accuracy", "memorised_step",
                "generalised_step", "delay", "grokked", "initial_effective_frequencies", "effective_frequencies",
-               "key_frequencies", "key_embedding_share", "key_logit_share"]
+               "key_frequencies", "key_embedding_share", "key_logit_share", "random_logit_share"]
+LLC_SHOWN = ["weight_decay", "seed", "grokked", "generalised_step", "start_step", "start", "peak_step", "peak",
+             "final_step", "final", "rise", "rise_se", "fall", "fall_se", "p_rise", "p_fall", "invalid"]
 
 
 def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict], out: Path) -> Path:
@@ -43,14 +38,22 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
 
     report = Report("Grokking modular addition",
                     f"headway study modular · scale `{data.plan.scale}` · {len(tables.runs)} trained transformers")
-    verdict_callouts(report, verdicts, "Each claim about grokking checked by this study, with the numbers behind "
-                     "the verdict and, in Methods, what would refute it. A claim that does not hold at this scale is "
-                     "shown as such; it is a result, not an error.")
+    rules: ModularRules = data.rules
+    verdict_callouts(report, verdicts, "Each claim about grokking checked by this study: the test fixed in advance "
+                     "(its null or control and the effect it must detect), the numbers behind it, its p-value, the "
+                     f"family-wise level α = {rules.alpha:g} (Holm's correction over the claims) and its power. A claim "
+                     "that does not hold at this scale is shown as such; one the design cannot decide is not testable.")
+    report.table(pd.DataFrame([{"claim": f"{i + 1}. {v.claim}", "status": v.status, "p": v.p_value, "α": v.alpha,
+                                "power": v.power} for i, v in enumerate(verdicts)]),
+                 "The verdicts: one-sided p, family-wise α and the design's power at the stated effect (– where the "
+                 "claim could not be tested).", float_format="{:.3g}")
     _overview(report, data, tables)
-    _grokking_section(report, tables, figures)
-    _fourier_section(report, tables, figures)
+    _grokking_section(report, tables, rules, figures)
+    _fourier_section(report, tables, rules, figures)
     _development_section(report, data, tables, figures)
+    _sensitivity_section(report, data, tables)
     _methods_section(report, data)
+    methods_section(report, rules)
     report.section("All runs").table(tables.runs[["run_id", *RUN_COLUMNS]], "Per run: accuracies, steps, Fourier measures.")
     layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
@@ -74,26 +77,30 @@ def _overview(report: Report, data: StudyData, tables: ModularTables) -> None:
     })
 
 
-def _grokking_section(report: Report, tables: ModularTables, figures: Path) -> None:
+def _grokking_section(report: Report, tables: ModularTables, rules: ModularRules, figures: Path) -> None:
     section = report.section("Grokking")
     section.figure(save_figure(plot_grokking(tables.metrics, tables.runs), figures / "grokking.png"),
                    "Training-set (solid) and test (dashed) accuracy of every run; dotted: its grokking step.")
-    section.table(tables.runs[RUN_COLUMNS[:9]], f"Memorised: training-set accuracy first ≥ {MEMORISED:.0%}; "
-                  f"generalised: test accuracy ≥ {GENERALISED:.0%} from that step on; grokked: both, the second "
-                  f"≥ {DELAY:g}× the first.", float_format="{:.3g}")
+    section.table(tables.runs[RUN_COLUMNS[:9]], f"Memorised: training-set accuracy first ≥ {rules.memorised:.0%}; "
+                  f"generalised: test accuracy ≥ {rules.generalised:.0%} from that step on; delay: the ratio of the "
+                  f"two steps; grokked: both, the delay ≥ {rules.delay:g}.", float_format="{:.3g}")
+    section.table(grokking_counts(tables.runs), "Per weight decay: runs that generalised and grokked, and the range of "
+                  "their generalisation steps and delays.", float_format="{:.3g}")
     for wd in tables.weight_decays:
-        section.table(grokking_sensitivity(tables.metrics, wd),
+        section.table(grokking_sensitivity(tables.metrics, wd, rules),
                       f"Runs counted as grokked (weight decay {wd:g}) as the test-accuracy level and the delay factor "
-                      "move around their defaults: where the verdict would flip.")
+                      "move over their sweeps.", float_format="{:g}")
 
 
-def _fourier_section(report: Report, tables: ModularTables, figures: Path) -> None:
+def _fourier_section(report: Report, tables: ModularTables, rules: ModularRules, figures: Path) -> None:
     section = report.section("Fourier features")
     section.paragraph(
         "The embedding of the numbers 0 … p-1, centred, is split over the frequencies k of Z_p (each a cos/sin "
         "pair); the logits over all p² pairs, centred over the output, are projected on cos/sin(2πk(a+b−c)/p). "
-        f"Key frequencies: the fewest holding {COVERAGE:.0%} of the embedding's norm. Effective frequencies: "
-        "1 / Σ share², the number of frequencies the spectrum is spread over, without a threshold.")
+        f"Key frequencies: the fewest holding {rules.coverage:.0%} of the embedding's norm. Effective frequencies: "
+        "1 / Σ share², the number of frequencies the spectrum is spread over, without a threshold. The control of "
+        "the logits' share on the key frequencies: the share as many random frequencies carry on average, "
+        "n_key / K of the share on all K frequencies (`random_logit_share`).")
     runs = tables.runs
     picks = {}
     for label, rows in (("grokked", runs[runs.grokked]), ("not grokked, with decay", runs[~runs.grokked & (runs.weight_decay > 0)]),
@@ -118,12 +125,23 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         f"LLC of the whole model estimated by SGLD at {curve.step.nunique()} log-spaced checkpoints on each run's "
         f"training set: ε = {sgld.lr:g}, γ = {sgld.localization:g}, nβ = {sgld.nbeta if sgld.nbeta else 'B / ln B'}, "
         f"{sgld.chains} chains × {sgld.draws} draws after {sgld.burnin} burn-in steps, batch {sgld.batch_size}. "
-        "Stage boundaries: red from LLC turning points, blue from the test loss's plateaus.")
+        "Stage boundaries: red from LLC turning points, blue from the test loss's plateaus. A checkpoint whose "
+        "estimate is invalid (λ̂ ≤ 0, no standard error, a chain that diverged or left the basin) is left out; a run "
+        "with an invalid checkpoint after its peak cannot carry the LLC claim.")
+    bias = tables.llc_bias
+    section.key_values({"estimator's relative bias": "not measured (taken as 0)" if math.isnan(bias) else f"{bias:.1%}",
+                        "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
+                       "The LLC estimator's bias on models of known LLC, which the rise and fall are weighed against.")
+    section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
+                  "/ peak and fall (peak − final) / peak with their standard errors (chains and bias); development's "
+                  "one-sided p of each; invalid: why the run's fall cannot be read.", float_format="{:.3g}")
     for traced in tables.development:
         title = run_title(tables.runs, traced.run_id)
         section.figure(save_figure(plot_development(traced.loss, traced.llc, traced.boundaries, title),
                              figures / f"development_{traced.run_id}.png"), f"Test loss and LLC over training — {title}.")
         section.table(traced.stages, f"Stages by the LLC — {title}.")
+        if traced.excluded:
+            section.callout(f"Invalid estimates left out — {title}: {traced.exclusions()}", "warning")
         last = traced.llc[traced.llc.step == traced.llc.step.max()]
         if "loss_trace" in last.columns:
             section.figure(save_figure(plot_sgld_traces(last, f"SGLD chains at step {int(last.step.iloc[0])} — {title}"),
@@ -133,21 +151,22 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
             section.callout("SGLD diagnostics: " + " | ".join(traced.warnings[:5]), "warning")
 
 
+def _sensitivity_section(report: Report, data: StudyData, tables: ModularTables) -> None:
+    section = report.section("Sensitivity to the rules")
+    section.paragraph("Each swept rule moved over its sweep values, the others at their values: the status of every "
+                      "claim (numbered as in the verdict table). A verdict that flips within a sweep rests on that rule.")
+    section.table(verdict_sensitivity(data, tables), "Claim statuses as each rule moves.", float_format="{:g}")
+
+
 def _methods_section(report: Report, data: StudyData) -> None:
-    rule = StageRule()
     settings = pd.Series(data.plan.settings)
-    report.section("Methods").bullets([
+    report.section("Methods: recipe and measures").bullets([
         f"Recipe: {', '.join(f'{k} {v}' for k, v in settings.items() if k != 'task')}; every run full-batch.",
-        f"Grokked: training-set accuracy first ≥ {MEMORISED:.0%} at the memorisation step, test accuracy ≥ "
-        f"{GENERALISED:.0%} from its grokking step on, the grokking step ≥ {DELAY:g}× the memorisation step. "
-        "Refuted for a run with weight decay that never generalises or generalises with its training set.",
-        f"Weight decay needed: refuted by any run without weight decay reaching {GENERALISED:.0%} test accuracy.",
-        f"Fourier sparsity: refuted by a grokked run spread over more than 1/{SPARSER:g} of the effective frequencies "
-        "of the same model at step 0 (the null: a random embedding, spread nearly evenly).",
-        f"Fourier logits: refuted by a grokked run whose key frequencies carry < {LOGITS_EXPLAINED:.0%} of the "
-        "logits' variance.",
-        f"LLC: the peak among traced checkpoints is inside the trace, by the grokking step, and the final LLC is "
-        f"≥ {LLC_FALL:.0%} below it. Stage rule: smoothing over {rule.window} checkpoints in log(step), as in the "
-        "sorting study.",
+        "Memorised, generalised, grokked, sparse and the logits' share: per run, by the thresholds of the rules below; "
+        "the claims about runs count them and test the count exactly (binomial, or Fisher's test against the runs "
+        "without weight decay).",
+        "LLC: each traced grokked run against the run of the same fraction and seed without weight decay, on valid "
+        f"estimates only. Stage rule: smoothing over {StageRule().window} checkpoints in log(step), as in the sorting "
+        "study.",
         "Details and the reasons for each choice: docs/study-modular.md.",
     ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 from headway.runs.config import RunConfig
 from headway.studies.base import Study, StudyData, by_task
 from headway.studies.modular.plan import STUDY_SCALES, ModularPlan, study_plan
+from headway.studies.modular.rules import ModularRules
 from headway.studies.registry import register_study
 from headway.studies.verdict import Verdict
 
@@ -33,7 +35,9 @@ class ModularStudy(Study):
     scales = STUDY_SCALES
     tables = ("spectrum", "fourier", "fourier_curve", "llc_curve")
     version = 1
+    rules_class = ModularRules
     plan: ModularPlan
+    rules: ModularRules
 
     @classmethod
     def plan_for(cls, scale: str) -> ModularPlan:
@@ -53,7 +57,7 @@ class ModularStudy(Study):
 
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
         for members in by_task(runs).values():
-            for name, frame in analyse_members(run_dir, runs, members, device).items():
+            for name, frame in analyse_members(run_dir, runs, members, device, self.rules.coverage).items():
                 parts[name].append(self.tag(frame, runs, members))
         traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld,
@@ -64,15 +68,17 @@ class ModularStudy(Study):
         return {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
 
     def summarise(self, data: StudyData) -> ModularTables:
+        from headway.studies.llc_trace import estimator_bias
         from headway.studies.modular.tables import summarise
 
-        return summarise(data)
+        traced = len(data.tables["llc_curve"]) > 0
+        return summarise(data, estimator_bias(self.plan.sgld) if traced else math.nan)
 
     @staticmethod
-    def verdicts(summary: ModularTables) -> list[Verdict]:
+    def verdicts(summary: ModularTables, rules: ModularRules) -> list[Verdict]:
         from headway.studies.modular.verdicts import verdicts
 
-        return verdicts(summary)
+        return verdicts(summary, rules)
 
     def report(self, data: StudyData, summary: ModularTables, found: list[Verdict]) -> Path:
         from headway.studies.modular.report import write_outputs

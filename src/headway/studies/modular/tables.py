@@ -1,9 +1,11 @@
 """Study-level tables of the modular-addition study (`summarise`): one row per run with its
-memorisation and grokking steps and Fourier measures, the spectra, each traced run's development,
-and the machine-readable summary."""
+memorisation and grokking steps and Fourier measures, the spectra, each traced run's development and
+LLC rise and fall, and the machine-readable summary. Every threshold comes from the study's rules
+(`ModularRules`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +16,9 @@ from headway.analysis.development import Development, development
 from headway.analysis.emergence import stays_above_from
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
+from headway.studies.modular.llc_fall import llc_table
+from headway.studies.modular.rules import ModularRules
 from headway.studies.verdict import Verdict
-
-MEMORISED = 0.99  # training-set accuracy a run first reaches at its memorisation step
-GENERALISED = 0.95  # test accuracy a run keeps from its grokking step to the end
-DELAY = 2.0  # grokking, not plain learning: the grokking step is at least this multiple of the memorisation step
-LLC_FALL = 0.1  # the final LLC must sit this fraction of the peak below it for "rises, then falls"
 
 
 @dataclass
@@ -31,33 +30,40 @@ class ModularTables:
     spectrum: pd.DataFrame  # final embedding and logit shares per run and frequency
     fourier_curve: pd.DataFrame  # Fourier measures per run and checkpoint
     development: list[Development]  # the traced runs, in trace order
+    llc: pd.DataFrame  # one row per traced run: rise, fall and their standard errors (llc_fall.llc_table)
     weight_decays: tuple[float, ...]  # the plan's weight decays
+    llc_bias: float = math.nan  # the LLC estimator's relative bias on models of known LLC (NaN: not measured)
 
 
-def summarise(data: StudyData) -> ModularTables:
-    """The study's tables from the gathered metrics and analysis tables."""
-    metrics = data.metrics
+def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
+    """The study's tables from the gathered metrics and analysis tables, by `data.rules`; `llc_bias` is the
+    estimator's relative bias, added to every LLC standard error (NaN: not measured, taken as 0)."""
+    metrics, rules = data.metrics, data.rules
     final = final_metrics(metrics)[["run_id", "train_fraction", "modulus", "weight_decay", "seed", "step",
                                      "train_accuracy", "val_accuracy", "val_loss"]]
-    steps = run_steps(metrics)
+    steps = run_steps(metrics, rules)
     curve = data.tables["fourier_curve"]
     initial = curve[curve.step == 0].set_index("run_id").effective_frequencies.rename("initial_effective_frequencies")
     fourier = data.tables["fourier"].drop(columns=["instance", "ensemble"], errors="ignore")
     runs = (final.merge(steps, on="run_id").merge(fourier, on="run_id", how="left")
             .merge(initial, left_on="run_id", right_index=True, how="left")
             .sort_values(["train_fraction", "weight_decay", "seed"], ascending=[True, False, True], ignore_index=True))
+    runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
-    traced = [development(run_id, metrics, trace, LLC_FALL) for run_id in trace.run_id.unique()] if len(trace) else []
+    bias = 0.0 if math.isnan(llc_bias) else llc_bias
+    traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_significant, bias)
+              for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
-                         development=traced, weight_decays=tuple(data.plan.weight_decays))
+                         development=traced, llc=llc_table(traced, runs, bias),
+                         weight_decays=tuple(data.plan.weight_decays), llc_bias=llc_bias)
 
 
-def run_steps(metrics: pd.DataFrame, memorised: float = MEMORISED, generalised: float = GENERALISED,
-              delay: float = DELAY) -> pd.DataFrame:
-    """Per run: memorised_step (the first step with training-set accuracy ≥ `memorised`; it need not
-    stay there: full-batch runs spike after memorising), generalised_step (test accuracy ≥ `generalised`
-    from there on to the end; NaN if never), and grokked: both, the second at least `delay` times the
-    first."""
+def run_steps(metrics: pd.DataFrame, rules: ModularRules) -> pd.DataFrame:
+    """Per run: memorised_step (the first step with training-set accuracy ≥ `rules.memorised`; it need not
+    stay there: full-batch runs spike after memorising), generalised_step (test accuracy ≥
+    `rules.generalised` from there on to the end; NaN if never), and grokked: both, the second at least
+    `rules.delay` times the first (delay: their ratio)."""
+    memorised, generalised, delay = rules.memorised, rules.generalised, rules.delay
     rows = []
     for run_id, frame in metrics.sort_values("step").groupby("run_id", sort=False):
         reached = frame.step[frame.train_accuracy >= memorised]
@@ -69,15 +75,16 @@ def run_steps(metrics: pd.DataFrame, memorised: float = MEMORISED, generalised: 
     return pd.DataFrame(rows)
 
 
-def grokking_sensitivity(metrics: pd.DataFrame, weight_decay: float) -> pd.DataFrame:
-    """How many runs at `weight_decay` count as grokked as the thresholds move around their defaults."""
+def grokking_sensitivity(metrics: pd.DataFrame, weight_decay: float, rules: ModularRules) -> pd.DataFrame:
+    """How many runs at `weight_decay` count as grokked as `generalised` and `delay` move over their sweeps."""
     runs = metrics[metrics.weight_decay == weight_decay]
+    sweeps = rules.sweeps()
     rows = []
-    for generalised in (0.9, GENERALISED, 0.99):
-        for delay in (1.5, DELAY, 4.0):
-            steps = run_steps(runs, MEMORISED, generalised, delay)
-            rows.append({"test_accuracy_level": generalised, "delay_factor": delay,
-                         "grokked": int(steps.grokked.sum()), "runs": len(steps)})
+    for generalised in sweeps["generalised"]:
+        for delay in sweeps["delay"]:
+            steps = run_steps(runs, rules.changed(generalised=generalised, delay=delay))
+            rows.append({"generalised": generalised, "delay": delay, "grokked": int(steps.grokked.sum()),
+                         "runs": len(steps)})
     return pd.DataFrame(rows)
 
 
@@ -87,17 +94,39 @@ def run_title(runs: pd.DataFrame, run_id: str) -> str:
     return f"fraction {row.train_fraction:g}, wd {row.weight_decay:g}, seed {int(row.seed)}"
 
 
+def grokking_counts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per weight decay: runs, how many generalised and grokked, and the range of their generalisation
+    steps and delays (generalisation step / memorisation step), the numbers a summary quotes."""
+    rows = []
+    for wd, group in runs.groupby("weight_decay", sort=False):
+        general = group[group.generalised_step.notna()]
+        rows.append({"weight_decay": wd, "runs": len(group), "generalised": len(general),
+                     "grokked": int(group.grokked.sum()),
+                     "generalised_step_min": general.generalised_step.min(),
+                     "generalised_step_max": general.generalised_step.max(),
+                     "delay_min": general.delay.min(), "delay_max": general.delay.max()})
+    return pd.DataFrame(rows)
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A table as JSON records (numpy scalars as Python values, NaN as None)."""
+    return [{k: plain_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
+
+
 def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]) -> dict[str, Any]:
-    """Machine-readable results: the grid, per-run steps and Fourier measures, developments, verdicts, timings."""
+    """Machine-readable results: the grid, the rules, per-run steps and Fourier measures, grokking counts
+    and delays, developments and LLC falls (with the estimator's bias), verdicts (with p, α, power), timings."""
     plan = data.plan
-    records = [{k: plain_value(v) for k, v in row.items()} for row in tables.runs.to_dict("records")]
     return {
         "study": "modular", "scale": plan.scale, "runs": len(tables.runs),
         "grid": {"train_fractions": list(plan.train_fractions), "weight_decays": list(plan.weight_decays),
                  "seeds": list(plan.seeds)},
-        "thresholds": {"memorised": MEMORISED, "generalised": GENERALISED, "delay": DELAY, "llc_fall": LLC_FALL},
-        "per_run": records,
+        "rules": data.rules.to_dict(),
+        "per_run": records(tables.runs),
+        "grokking": records(grokking_counts(tables.runs)),
         "development": [traced.summary(run_title(tables.runs, traced.run_id)) for traced in tables.development],
+        "llc": records(tables.llc.drop(columns="excluded")),
+        "llc_bias": plain_value(tables.llc_bias),
         "sgld": plan.sgld.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},

@@ -1,107 +1,234 @@
-"""The verdict on each claim about grokking modular addition, computed from the study's tables alone.
+"""The verdict on each claim about grokking modular addition, computed from the study's tables and rules
+alone. Each claim is a test fixed before the data (docs/study-modular.md, "Verdicts"):
 
-Each claim says in advance what would refute it (docs/study-modular.md):
-- grokking: a run with weight decay that never keeps ≥ 95% test accuracy, or reaches it less than
-  DELAY times later than it memorised its training set (plain learning, not grokking);
-- weight decay is needed: a run without weight decay that reaches 95% test accuracy in the budget;
-- Fourier sparsity: a grokked run whose embedding is spread over more than half as many
-  frequencies as the same model at initialisation (the null: a random embedding);
-- Fourier logits: a grokked run whose key frequencies explain less than half the logits' variance;
-- LLC: a traced grokked run whose LLC does not fall by LLC_FALL from a peak reached by its grokking step.
+- grokking: the exact one-sided binomial test of the grokked share of the runs with weight decay against
+  `null_share`, stated effect `effect_share`;
+- weight decay is needed: Fisher's exact one-sided test that runs with weight decay generalise more often
+  than the control, the runs without it (stated effect `effect_share` against `control_share`);
+- Fourier sparsity and logits: per grokked run a property against its control (the same model at
+  initialisation; as many random frequencies), then the exact binomial (sign) test over grokked runs;
+- the LLC: per traced grokked run, a z-test that its LLC falls further from its peak than its control's
+  (the run of the same train fraction and seed without weight decay), beyond noise and the estimator's
+  bias, and that it rose to that peak by its grokking step (development's z-test, Bonferroni-corrected
+  over the checkpoints the peak was picked from); every such run must pass (intersection-union).
+
+`judge` then corrects over the claims (Holm) and refutes only with power (headway.studies.verdict).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Callable
+
 import pandas as pd
 
-from headway.studies.modular.tables import DELAY, GENERALISED, LLC_FALL, MEMORISED, ModularTables, run_title
-from headway.studies.verdict import Verdict, share_status
+from headway.analysis.statistics import (
+    binomial_power,
+    binomial_tail,
+    fisher_greater,
+    fisher_power,
+    normal_interval,
+    normal_power,
+    normal_tail,
+    wilson_interval,
+    z_score,
+)
+from headway.studies.base import StudyData
+from headway.studies.modular.rules import ModularRules
+from headway.studies.modular.tables import ModularTables, summarise
+from headway.studies.verdict import Finding, Verdict, judge
 
-SPARSER = 2.0  # a grokked embedding is spread over at most 1/SPARSER of the frequencies it had at step 0
-LOGITS_EXPLAINED = 0.5  # the key frequencies carry at least this share of the logits' variance
 
-
-def verdicts(tables: ModularTables) -> list[Verdict]:
-    """Every claim the tables can speak to, in report order."""
+def verdicts(tables: ModularTables, rules: ModularRules) -> list[Verdict]:
+    """Every claim judged together, in report order."""
     runs = tables.runs
-    checks = (groks_with_decay(runs), decay_is_needed(runs), fourier_sparsity(runs), logits_from_keys(runs),
-              llc_falls_at_grokking(tables))
-    return [verdict for verdict in checks if verdict is not None]
+    return judge([groks_with_decay(runs, rules), decay_is_needed(runs, rules), fourier_sparsity(runs, rules),
+                  logits_from_keys(runs, rules), llc_falls_at_grokking(tables.llc, rules, tables.llc_bias)], rules)
+
+
+def verdict_sensitivity(data: StudyData, tables: ModularTables) -> pd.DataFrame:
+    """The status of every claim as each swept rule moves over its sweep (the others at their values): which
+    verdicts a threshold decides. One row per rule and value; a column per claim, in report order."""
+    rules = data.rules
+    rows = []
+    for name, values in rules.sweeps().items():
+        for value in values:
+            changed = rules.changed(**{name: value})
+            again = summarise(dataclasses.replace(data, rules=changed), tables.llc_bias)
+            found = verdicts(again, changed)
+            rows.append({"rule": name, "value": value, **{f"claim {i + 1}": v.status for i, v in enumerate(found)}})
+    return pd.DataFrame(rows)
+
+
+def share_finding(claim: str, test: str, holds: pd.Series, rules: ModularRules, evidence: str) -> Finding:
+    """The exact one-sided binomial test that more than `null_share` of the runs in `holds` show a property,
+    with its power at `effect_share`; the evidence opens with the count and its 95% Wilson interval."""
+    k, n = int(holds.sum()), len(holds)
+    low, high = wilson_interval(k, n)
+    counted = f"{k} of {n} runs (95% interval {low:.2f}–{high:.2f}); {evidence}"
+    return Finding(claim, test, counted, binomial_tail(k, n, rules.null_share),
+                   lambda level: binomial_power(n, rules.null_share, rules.effect_share, level))
+
+
+def _share_test(what: str, rules: ModularRules) -> str:
+    return (f"exact one-sided binomial test of the share of {what}, against the null that at most "
+            f"{rules.null_share:.0%} do; stated effect: {rules.effect_share:.0%} do")
+
+
+def _none_grokked(runs: pd.DataFrame) -> str:
+    return f"0 of {len(runs)} runs grokked ({int(runs.generalised_step.notna().sum())} of them generalised)."
 
 
 def _steps(row) -> str:
     memo = "never" if pd.isna(row.memorised_step) else f"{row.memorised_step:.0f}"
     general = "never" if pd.isna(row.generalised_step) else f"{row.generalised_step:.0f}"
-    return f"seed {int(row.seed)} (fraction {row.train_fraction:g}): memorised {memo}, test ≥ {GENERALISED:.0%} {general}"
+    delay = "" if pd.isna(row.delay) else f" ({row.delay:.1f}×)"
+    return f"seed {int(row.seed)} (fraction {row.train_fraction:g}): memorised {memo}, generalised {general}{delay}"
 
 
-def groks_with_decay(runs: pd.DataFrame) -> Verdict | None:
+def groks_with_decay(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+    """Grokked runs among the runs with weight decay, against `null_share`."""
+    claim = (f"With weight decay the model groks: training accuracy reaches {rules.memorised:.0%} first, test accuracy "
+             f"reaches {rules.generalised:.0%} (and stays) at least {rules.delay:g}× later")
+    test = _share_test("the runs with weight decay that grok", rules)
     decayed = runs[runs.weight_decay > 0]
     if decayed.empty:
-        return None
-    grokked = int(decayed.grokked.sum())
-    status = share_status(decayed.grokked)
-    return Verdict(f"With weight decay the model groks: train accuracy reaches {MEMORISED:.0%} first, test accuracy "
-                   f"reaches {GENERALISED:.0%} at least {DELAY:g}× later",
-                   status, f"{grokked} of {len(decayed)} runs; " + "; ".join(_steps(r) for r in decayed.itertuples())
-                   + f"; final test accuracy {decayed.val_accuracy.min():.3f}–{decayed.val_accuracy.max():.3f}.")
+        return Finding.not_testable(claim, test, "no run with weight decay was trained",
+                                    f"{len(runs)} runs, all without weight decay.")
+    return share_finding(claim, test, decayed.grokked, rules,
+                         "; ".join(_steps(r) for r in decayed.itertuples()) + f"; final test accuracy "
+                         f"{decayed.val_accuracy.min():.3f}–{decayed.val_accuracy.max():.3f}.")
 
 
-def decay_is_needed(runs: pd.DataFrame) -> Verdict | None:
-    plain = runs[runs.weight_decay == 0]
-    if plain.empty:
-        return None
-    general = int(plain.generalised_step.notna().sum())
-    return Verdict(f"Without weight decay the model does not generalise (test accuracy ≥ {GENERALISED:.0%}) "
-                   "within the same steps", "reproduced" if general == 0 else "not reproduced",
-                   f"{general} of {len(plain)} runs without weight decay generalise; final test accuracy "
-                   f"{plain.val_accuracy.min():.3f}–{plain.val_accuracy.max():.3f}, training-set accuracy "
-                   f"{plain.train_accuracy.min():.3f}–{plain.train_accuracy.max():.3f}.")
+def decay_is_needed(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+    """Runs that generalise, with weight decay against without (the control), by Fisher's exact test."""
+    claim = (f"Without weight decay the model does not generalise (test accuracy ≥ {rules.generalised:.0%}) "
+             "within the same steps")
+    test = (f"Fisher's exact one-sided test that runs with weight decay generalise more often than the control, the "
+            f"runs without it; stated effect: {rules.effect_share:.0%} against {rules.control_share:.0%}")
+    decayed, plain = runs[runs.weight_decay > 0], runs[runs.weight_decay == 0]
+    if decayed.empty or plain.empty:
+        return Finding.not_testable(claim, test, f"no run {'with' if decayed.empty else 'without'} weight decay was "
+                                    "trained", f"{len(decayed)} runs with weight decay, {len(plain)} without.")
+    k1, n1 = int(decayed.generalised_step.notna().sum()), len(decayed)
+    k0, n0 = int(plain.generalised_step.notna().sum()), len(plain)
+    (l1, h1), (l0, h0) = wilson_interval(k1, n1), wilson_interval(k0, n0)
+    evidence = (f"generalised: {k1} of {n1} runs with weight decay (95% interval {l1:.2f}–{h1:.2f}), {k0} of {n0} "
+                f"without (95% interval {l0:.2f}–{h0:.2f}); without weight decay final test accuracy "
+                f"{plain.val_accuracy.min():.3f}–{plain.val_accuracy.max():.3f}, training-set accuracy "
+                f"{plain.train_accuracy.min():.3f}–{plain.train_accuracy.max():.3f}.")
+    return Finding(claim, test, evidence, fisher_greater(k1, n1, k0, n0),
+                   lambda level: fisher_power(n1, n0, rules.effect_share, rules.control_share, level))
 
 
-def fourier_sparsity(runs: pd.DataFrame) -> Verdict:
-    claim = (f"A grokked model's embedding uses a handful of key frequencies: it is spread over at most 1/{SPARSER:g} "
-             "of the frequencies it was spread over at initialisation")
+def fourier_sparsity(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+    """Grokked runs whose embedding is `sparser` times sparser than the same model at initialisation."""
+    claim = (f"A grokked model's embedding uses a handful of key frequencies: it is spread over at most "
+             f"1/{rules.sparser:g} of the effective frequencies of the same model at initialisation")
+    test = _share_test(f"grokked runs with at most 1/{rules.sparser:g} of the effective frequencies of their "
+                       "initialisation (the control)", rules)
     grokked = runs[runs.grokked]
     if grokked.empty:
-        return Verdict(claim, "not testable", "no run grokked.")
-    sparse = grokked.effective_frequencies * SPARSER <= grokked.initial_effective_frequencies
+        return Finding.not_testable(claim, test, "no run grokked", _none_grokked(runs))
     parts = [f"seed {int(r.seed)} wd {r.weight_decay:g}: {r.effective_frequencies:.1f} effective frequencies "
              f"(initialisation {r.initial_effective_frequencies:.1f}), key frequencies {r.key_frequencies}"
              for r in grokked.itertuples()]
-    return Verdict(claim, share_status(sparse),
-                   f"{int(sparse.sum())} of {len(grokked)} grokked runs; " + "; ".join(parts) + ".")
+    sparse = grokked.effective_frequencies * rules.sparser <= grokked.initial_effective_frequencies
+    return share_finding(claim, test, sparse, rules, "; ".join(parts) + ".")
 
 
-def logits_from_keys(runs: pd.DataFrame) -> Verdict:
-    claim = (f"A grokked model builds its logits from its key frequencies: cos/sin(2πk(a+b−c)/p) at those k carry "
-             f"≥ {LOGITS_EXPLAINED:.0%} of the logits' variance")
+def logits_from_keys(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+    """Grokked runs whose key frequencies carry `logits_explained` more of the logits' variance than as
+    many random frequencies (in expectation: n_key / K of the share on all K frequencies)."""
+    claim = ("A grokked model builds its logits from its key frequencies: cos/sin(2πk(a+b−c)/p) at those k carry "
+             f"≥ {rules.logits_explained:.0%} of the logits' variance more than as many random frequencies")
+    test = _share_test(f"grokked runs whose key frequencies carry ≥ {rules.logits_explained:.0%} of the logits' "
+                       "variance more than as many random frequencies (the control)", rules)
     grokked = runs[runs.grokked]
     if grokked.empty:
-        return Verdict(claim, "not testable", "no run grokked.")
-    explained = grokked.key_logit_share >= LOGITS_EXPLAINED
-    return Verdict(claim, share_status(explained),
-                   f"{int(explained.sum())} of {len(grokked)} grokked runs; share on the key frequencies "
-                   f"{grokked.key_logit_share.min():.2f}–{grokked.key_logit_share.max():.2f} (all frequencies "
-                   f"{grokked.logit_share_all.min():.2f}–{grokked.logit_share_all.max():.2f}).")
+        return Finding.not_testable(claim, test, "no run grokked", _none_grokked(runs))
+    gap = grokked.key_logit_share - grokked.random_logit_share
+    parts = [f"seed {int(r.seed)} wd {r.weight_decay:g}: {r.key_logit_share:.2f} on {int(r.n_key)} key frequencies, "
+             f"{r.random_logit_share:.2f} on as many random ones" for r in grokked.itertuples()]
+    return share_finding(claim, test, gap >= rules.logits_explained, rules, "; ".join(parts) + ".")
 
 
-def llc_falls_at_grokking(tables: ModularTables) -> Verdict | None:
-    if not tables.development:
-        return None
-    claim = ("The LLC rises while the model memorises and falls as it groks (peak by the grokking step, final "
-             f"≥ {LLC_FALL:.0%} below it)")
-    runs = tables.runs.set_index("run_id")
+def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, bias: float) -> Finding:
+    """Each traced grokked run against its control (llc_fall.llc_table rows): see the module docstring."""
+    effect = rules.llc_fall
+    claim = ("The LLC rises while the model memorises and falls as it groks, further than in the same run without "
+             "weight decay")
+    test = ("for every traced grokked run with valid estimates from its peak on: its LLC rises to a peak by its "
+            "grokking step (one-sided z-test of the rise over the first valid checkpoint, times the checkpoints the "
+            "peak was picked from) and falls from it, as a "
+            "share of the peak, further than its control's, the run of the same train fraction and seed without "
+            "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
+            "bias); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
+            f"extra fall of {effect:.0%} of the peak")
+    noted = ("the estimator's bias was not measured (taken as 0)" if math.isnan(bias) else
+             f"the estimator's relative bias {bias:.1%} is added to every standard error")
+    if llc.empty:
+        return Finding.not_testable(claim, test, "no run was traced",
+                                    "No run's LLC was traced over training.")
+    grokked = llc[llc.grokked & (llc.weight_decay > 0)]
+    if grokked.empty:
+        return Finding.not_testable(claim, test, "no traced run grokked", f"{_llc_rows(llc)}; {noted}.")
+    tests, left_out = [], []
+    for g in grokked.itertuples():
+        control = llc[(llc.weight_decay == 0) & (llc.train_fraction == g.train_fraction) & (llc.seed == g.seed)]
+        problem = _unpaired(g, control)
+        if problem:
+            left_out.append(f"seed {g.seed} (fraction {g.train_fraction:g}) left out: {problem}")
+        else:
+            tests.append(_pair(g, control.iloc[0], effect))
+    if not tests:
+        return Finding.not_testable(claim, test, "no traced grokked run has valid estimates and a valid control",
+                                    f"{'; '.join(left_out)}; {noted}.")
+    p_value = max(p for p, _, _ in tests)
 
-    def describe(t) -> str:
-        grokked = f"grokked at {runs.loc[t.run_id].generalised_step:.0f}" if runs.loc[t.run_id].grokked else "not grokked"
-        return (f"{run_title(tables.runs, t.run_id)} ({grokked}): peak {t.peak:.1f} at step {t.peak_step}, final "
-                f"{t.final:.1f} ({t.final / t.peak - 1:+.0%})")
+    def power(level: float) -> float:
+        return math.prod(run_power(level) for _, run_power, _ in tests)
 
-    grokked = [t for t in tables.development if runs.loc[t.run_id].grokked]
-    evidence = "; ".join(describe(t) for t in tables.development) + "."
-    if not grokked:
-        return Verdict(claim, "not testable", "no traced run grokked; " + evidence)
-    holds = [t.rises_then_falls and t.peak_step <= runs.loc[t.run_id].generalised_step for t in grokked]
-    return Verdict(claim, share_status(holds),
-                   f"{sum(holds)} of {len(grokked)} traced grokked runs; " + evidence)
+    return Finding(claim, test, "; ".join([text for _, _, text in tests] + left_out) + f"; {noted}.", p_value, power)
+
+
+def _unpaired(g, control: pd.DataFrame) -> str:
+    """Why grokked run `g` cannot be tested against `control` (its traced runs without weight decay of the
+    same fraction and seed), "" when it can."""
+    if g.invalid:
+        return f"its estimates are invalid: {g.invalid}"
+    if control.empty:
+        return "no control was traced"
+    if control.iloc[0].grokked:
+        return "its control grokked"
+    if control.iloc[0].invalid:
+        return f"its control's estimates are invalid: {control.iloc[0].invalid}"
+    return ""
+
+
+def _pair(g, c: pd.Series, effect: float) -> tuple[float, Callable[[float], float], str]:
+    """One grokked run against its control: the run's p (the larger of the rise's, corrected for the peak's
+    selection, and the difference's; 1 when the peak comes after the grokking step), its power at `effect`
+    and the evidence."""
+    gap, noise = g.fall - c.fall, math.hypot(g.fall_se, c.fall_se)
+    z = z_score(gap, noise)
+    on_time = g.peak_step <= g.generalised_step
+    picked = max(1, g.peak_candidates)
+    p_rise = min(1.0, picked * g.p_rise)
+    p_value = max(p_rise, normal_tail(z)) if on_time else 1.0
+    low, high = normal_interval(gap, noise)
+    text = (f"seed {g.seed} (fraction {g.train_fraction:g}): rises {g.rise:.0%} ± {g.rise_se:.0%} (p {p_rise:.2g}, "
+            f"peak picked from {picked} checkpoints) "
+            f"to {g.peak:.1f} at step {g.peak_step} ({'by' if on_time else 'after'} its grokking step "
+            f"{g.generalised_step:.0f}), falls {g.fall:.0%} ± {g.fall_se:.0%} to step {g.final_step}; its control "
+            f"falls {c.fall:.0%} ± {c.fall_se:.0%} from {c.peak:.1f} at step {c.peak_step}; difference {gap:+.0%} "
+            f"(95% interval {low:+.0%} to {high:+.0%}), z = {z:.2f}, p = {normal_tail(z):.2g}")
+    return (p_value, lambda level: normal_power(effect, g.rise_se, level / picked) * normal_power(effect, noise, level),
+            text)
+
+
+def _llc_rows(llc: pd.DataFrame) -> str:
+    return "; ".join(f"seed {r.seed} wd {r.weight_decay:g} ({'grokked' if r.grokked else 'not grokked'}): "
+                     + (r.invalid or f"falls {r.fall:.0%} ± {r.fall_se:.0%}") for r in llc.itertuples())
+

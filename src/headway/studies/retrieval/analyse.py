@@ -14,6 +14,7 @@ from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
+from headway.studies.retrieval.rules import RetrievalRules
 from headway.tasks.retrieval.heads import head_scores, statement_patterns
 from headway.tasks.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
@@ -30,21 +31,25 @@ CURVE_EXAMPLES = 256  # of those, the ones scored at every checkpoint: attention
 
 
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
-                    examples: int = EXAMPLES, curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
-    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes) for the instances `members` (one task) of the ensemble at `run_dir`,
-    `instance` indexing `members`."""
+                    rules: RetrievalRules, examples: int = EXAMPLES,
+                    curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
+    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes) for the
+    instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
+    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, random sets, their sweeps)."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
     smap = map_statements(task, batch)
     model = load_model(run_dir, members, device=device)
-    scores = attention_roles(head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal))
+    scores = attention_roles(head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal),
+                             rules.role_score)
     intervention = HeadIntervention(model, task, batch, smap)
     effects = scores.merge(head_effects(intervention), on=["instance", "layer", "head"])
-    heads = name_circuit(effects, intervention)
-    circuit = circuit_check(heads, intervention)
+    heads = name_circuit(effects, intervention, rules.circuit_drop)
+    circuit = circuit_check(heads, intervention, rules.sufficient_faithfulness, rules.random_sets)
     paths = path_patching(heads, intervention)
-    sensitivity = circuit_sensitivity(effects, intervention)
+    sweeps = rules.sweeps()
+    sensitivity = circuit_sensitivity(effects, intervention, sweeps["role_score"], sweeps["circuit_drop"])
     probes = depth_probes(model, task, batch, smap)
     curves = []
     few = batch.subset(slice(0, curve_examples))

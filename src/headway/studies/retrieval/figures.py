@@ -74,10 +74,10 @@ def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures:
     return [maps, diagram]
 
 
-def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFrame,
-                       figures: Path) -> dict[Path, tuple[Any, str]]:
+def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFrame, figures: Path,
+                      fraction: float, min_rise: float) -> dict[Path, tuple[Any, str]]:
     """Role-score and hop-accuracy curves of the plain IC cell with D > 1 solved by the most seeds
-    (then the most hops, then the fewest layers)."""
+    (then the most hops, then the fewest layers), with emergence at `fraction` of the rise (none below `min_rise`)."""
     cells = ic_cells(final)
     cells = cells[(cells.part == "plain") & (cells.hops > 1)]
     if cells.empty:
@@ -89,10 +89,11 @@ def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFr
     out = {}
     mine = curves[curves.run_id.isin(cell.run_ids)]
     if not mine.empty:
-        out[plot_emergence(mine, emergence_table(mine), figures / "emergence_heads.png")] = (
+        out[plot_emergence(mine, emergence_table(mine, fraction, min_rise), figures / "emergence_heads.png")] = (
             cell, "Role scores of the circuit groups")
     mine = hops[hops.run_id.isin(cell.run_ids)]
     if not mine.empty:
-        out[plot_hop_accuracy(mine, emergence_table(mine), figures / "emergence_hops.png", chance=chance)] = (
+        table = emergence_table(mine, fraction, min_rise)
+        out[plot_hop_accuracy(mine, table, figures / "emergence_hops.png", chance=chance)] = (
             cell, "Per-hop validation accuracy (dotted: chance)")
     return out

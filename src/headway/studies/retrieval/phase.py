@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from headway.studies.retrieval.rules import FORMULATION, REACH_ACCURACY, SOLVED
+from headway.studies.retrieval.rules import FORMULATION
 from headway.runs import layout
 from headway.runs.store import load_model, load_runs
 from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
@@ -30,9 +30,9 @@ from headway.tasks.retrieval.task import RetrievalConfig, generate
 _REFERENCE_EXAMPLES = 512  # examples the uniform-attention reference of a task is measured on
 
 
-def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame,
-                   threshold: float = REACH_ACCURACY) -> pd.DataFrame:
-    """Per plain-task run: its mechanism (linear, compositional, unsolved) and the evidence."""
+def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Per plain-task run: its mechanism (linear, compositional, unsolved) and the evidence, a hop counting
+    as decoded at probe accuracy ≥ `threshold`."""
     plain = final[final.part == "plain"]
     if plain.empty or probes.empty:
         return pd.DataFrame(columns=["run_id", "mechanism", "farthest", "excess", "reads", "link_next", "link_prev"])
@@ -66,7 +66,7 @@ def mechanism_evidence(sweep: Path | str, run_ids: set[str], examples: int = 102
 
 
 def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.DataFrame,
-                threshold: float = SOLVED) -> pd.DataFrame:
+                threshold: float) -> pd.DataFrame:
     """One row per plain IC cell (formulation, hops, layers): accuracy over seeds, the reachable
     fraction and ceiling, whether it is solvable and solved, mechanism counts among its runs, and the
     median step at which its solved runs first reached `threshold`."""

@@ -16,14 +16,12 @@ from headway.runs import layout
 from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
 from headway.studies.retrieval.phase import cheapest_compositional
-from headway.studies.retrieval.rules import FORMULATION, NEAR_BASELINE
+from headway.studies.retrieval.rules import FORMULATION, RetrievalRules
 from headway.studies.retrieval.sensitivity import flips
-from headway.studies.retrieval.tables import FACETS, SOLVED, RetrievalTables, summary_json
+from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
-from headway.studies.verdict import Verdict, verdict_callouts
-from headway.tasks.retrieval.faithfulness import NULL_LEVEL, RANDOM_SETS, SUFFICIENT
+from headway.studies.verdict import Verdict, methods_section, verdict_callouts
 from headway.tasks.retrieval.mechanism import READ_LEVEL
-from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
 
 
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:
@@ -36,18 +34,24 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
-    verdict_callouts(report, verdicts, "Each claim of the paper checked by this study, with the numbers behind "
-                     "the verdict. A claim that does not hold at this scale is shown as such; it is a result, "
-                     "not an error.")
+    rules = data.rules
+    verdict_callouts(report, verdicts, "Each claim of the paper, tested as fixed in advance (Methods): reproduced "
+                     f"when its test rejects its null at the family-wise level α = {rules.alpha:g} (Holm's correction "
+                     "over the testable claims), not reproduced when it does not and the design had power ≥ "
+                     f"{rules.power:g} to detect the stated effect, not testable otherwise. A claim that does not hold "
+                     "at this scale is shown as such; it is a result, not an error.")
+    report.table(pd.DataFrame([v.to_dict() for v in verdicts]).drop(columns=["evidence"], errors="ignore"),
+                 "Each claim's one-sided p-value, the family-wise level it was judged at and the power its design "
+                 "had to detect the stated effect (at the strictest Holm level).", float_format="{:.3g}")
     _overview(report, data, tables.final)
-    _depth_section(report, tables.depth, tables.minimal, figures)
+    _depth_section(report, tables.depth, tables.minimal, figures, rules)
     _phase_section(report, data, tables, out / RUNS, figures)
     _mechanism_section(report, out / RUNS, tables, figures)
-    _emergence_section(report, tables, figures)
-    _probe_section(report, tables, figures)
+    _emergence_section(report, tables, figures, rules)
+    _probe_section(report, tables, figures, rules)
     _conditional_section(report, tables.minimal)
     _sensitivity_section(report, tables.sensitivity)
-    _methods_section(report)
+    _methods_section(report, rules)
     report.section("All runs").table(tables.results, "Per run: final accuracy, circuit, probe reach, emergence order.")
     layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
@@ -77,12 +81,14 @@ def _overview(report: Report, data: StudyData, final: pd.DataFrame) -> None:
     }, "Study settings and hardware")
 
 
-def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, figures: Path) -> None:
+def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, figures: Path,
+                   rules: RetrievalRules) -> None:
     report.section("Depth law")
     report.paragraph(
         "Final-hop validation accuracy per number of layers and hops, mean over seeds (± half the range). "
         "The red staircase is Theorem 1's bound ⌈log₃(2D)⌉; a cell counts as solved at mean accuracy ≥ "
-        f"{SOLVED}. Baselines: 1/V (a random symbol) and 1/K (a random chain root, reachable without retrieval).")
+        f"{rules.solved_accuracy:g}. Baselines: 1/V (a random symbol) and 1/K (a random chain root, reachable "
+        "without retrieval).")
     facets = [f for f in FACETS if f in depth.columns]
     for key, table in depth.groupby(facets):
         name = ", ".join(f"{f} {v}" for f, v in zip(facets, key))
@@ -109,13 +115,14 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         "guesses a chain root where it cannot reach stays below the solved threshold, so failing there is "
         "not evidence against logarithmic depth.")
     varying = [c for c in FORMULATION if phase[c].nunique() > 1] or ["supervision"]
-    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying, SOLVED)
+    solved = data.rules.solved_accuracy
+    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying, solved)
     report.figure(path, "Depth phase diagram, one panel per formulation.")
     beyond = phase[phase.beyond_linear & phase.solvable]
     if not beyond.empty:
         runs = data.metrics[data.metrics.run_id.isin(set(tables.final.run_id))]
         path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying,
-                                    SOLVED)
+                                    solved)
         report.figure(path, "Final-hop accuracy against training steps in the solvable cells with D > L, one line "
                             "per seed: still rising at the end means the step budget, flat means the mechanism.")
     report.table(phase, "Per formulation and cell: accuracy over seeds, runs solved and their mechanism classes, "
@@ -191,15 +198,18 @@ def _mechanism_section(report: Report, runs_dir: Path, tables: RetrievalTables, 
                      "Mean accuracy lost per solved cell and receiving layer (0-based), by channel.")
 
 
-def _emergence_section(report: Report, tables: RetrievalTables, figures: Path) -> None:
+def _emergence_section(report: Report, tables: RetrievalTables, figures: Path, rules: RetrievalRules) -> None:
     emergence, hop_emergence = tables.emergence, tables.hop_emergence
     report.section("Emergence over training")
     report.paragraph(
         "For each solved IC run, each circuit group's role score (its best head at every checkpoint) and the "
         "per-hop validation accuracy. A unit emerges at the first checkpoint from which its score stays at or "
-        "above half-way between its initial and final values (no emergence when it rises by less than 0.2). "
-        "Consistency across seeds: share of seeds with the most common order and Kendall τ between seeds.")
-    for figure, (cell, units) in emergence_figures(tables.final, tables.curves, tables.hops, figures).items():
+        f"above {rules.emergence_fraction:g} of the way from its initial to its final value (no emergence when it "
+        f"rises by less than {rules.emergence_rise:g}). Consistency across seeds: share of seeds with the most common "
+        "order and Kendall τ between seeds; the order tests count the seeds whose units emerged at distinct "
+        "checkpoints (`order_seeds`) and those in the tested order (`agreeing_seeds`).")
+    for figure, (cell, units) in emergence_figures(tables.final, tables.curves, tables.hops, figures,
+                                                      rules.emergence_fraction, rules.emergence_rise).items():
         report.figure(figure, f"{units} over training, per seed ({cell.part} task, D={cell.hops}, {cell.layers} "
                               "layers: the solved multi-hop cell with the most seeds); dashed: emergence step.")
     if not emergence.empty:
@@ -208,14 +218,14 @@ def _emergence_section(report: Report, tables: RetrievalTables, figures: Path) -
         report.table(hop_emergence, "Emergence order of the hops per cell (solved IC runs).")
 
 
-def _probe_section(report: Report, tables: RetrievalTables, figures: Path) -> None:
+def _probe_section(report: Report, tables: RetrievalTables, figures: Path, rules: RetrievalRules) -> None:
     final, reach, probes = tables.final, tables.reach, tables.probes
     report.section("Depth probes (Theorem 1 made empirical)")
     report.paragraph(
         "After each layer, a linear probe (ridge regression onto one-hot symbols, held-out examples) decodes "
         "the symbol k hops down the chain, at the query and at every chain link. Reach is the largest k "
-        "decodable with accuracy ≥ 0.9 for every k' ≤ k. Theorem 1 allows the query to reach at most ⌊3ᵗ/2⌋ "
-        "hops after t layers.")
+        f"decodable with accuracy ≥ {rules.reach_accuracy:g} for every k' ≤ k. Theorem 1 allows the query to reach "
+        "at most ⌊3ᵗ/2⌋ hops after t layers.")
     plain = final[(final.part == "plain") & (final.curriculum == "ic")]
     if plain.empty or reach.empty:
         return
@@ -250,15 +260,16 @@ def _sensitivity_section(report: Report, sensitivity: pd.DataFrame) -> None:
         return
     report.section("Threshold sensitivity")
     report.paragraph(
-        "Every verdict that rests on a threshold, recomputed at each value of a sweep with the other thresholds "
-        "at their defaults (marked default). The thresholds were fixed before the study from chance levels and "
-        "the task's structure (Methods), not tuned on its models.")
+        "Every verdict that rests on a rule, recomputed (with the study-wide correction) at each value of the "
+        "rule's sweep, the other rules at the study's values (marked default). The rules were fixed before the "
+        "study from chance levels and the task's structure (Methods), not tuned on its models. The circuit-naming "
+        "rules rename the circuit, whose random-set null is measured at the study's values only.")
     changes = flips(sensitivity)
     report.bullets(changes if changes else ["No verdict changes anywhere in its sweep."])
-    report.table(sensitivity, "Verdict status per threshold value.")
+    report.table(sensitivity, "Verdict status, p-value and power per rule value.", float_format="{:.3g}")
 
 
-def _methods_section(report: Report) -> None:
+def _methods_section(report: Report, rules: RetrievalRules) -> None:
     score_text = ("**Head scores** (attention on 1024 fixed examples): `query_hop{j}` = attention from the query "
                   "to the queried chain's hop-j link; `link_next` / `link_prev` = attention from a chain link to the "
                   "next link towards / away from the root (only pairs the causal mask lets it see); conditional: "
@@ -266,19 +277,21 @@ def _methods_section(report: Report) -> None:
     causal_text = ("**Causal checks**: zero ablation and mean ablation of the head's output (`hook_z`), and "
                    "patching it from a root-swapped example (the answer exchanged with another chain's root "
                    "everywhere); the accuracy drop, and the share of answers flipped to the swapped root.")
-    circuit_text = (f"**Circuit**: heads whose mean ablation alone costs ≥ {MIN_DROP} accuracy, plus heads with a "
-                    f"role whose (layer, role) group, ablated together, costs ≥ {MIN_DROP} (redundant heads) and "
-                    f"that the group cannot lose without losing ≥ {MIN_DROP} (a head that does nothing stays out). "
-                    f"**Checks**: necessity (circuit ablated → baseline + {NEAR_BASELINE}), sufficiency (faithfulness "
-                    f"≥ {SUFFICIENT} with everything else ablated), a minimal sufficient subset by greedy elimination, "
-                    f"and {RANDOM_SETS} random head sets of the same size kept alone as the null for sufficiency (p ≤ {NULL_LEVEL}).")
-    emergence_text = ("**Emergence step**: the first checkpoint from which the score stays ≥ initial + ½ (final − "
-                      "initial); none if it rises by less than 0.2.")
+    drop = rules.circuit_drop
+    circuit_text = (f"**Circuit**: heads whose mean ablation alone costs ≥ {drop:g} accuracy, plus heads with a role "
+                    f"whose (layer, role) group, ablated together, costs ≥ {drop:g} (redundant heads) and that the "
+                    f"group cannot lose without losing ≥ {drop:g} (a head that does nothing stays out). **Checks**: "
+                    f"necessity (circuit ablated → chance + {rules.necessary_margin:g}), sufficiency (faithfulness ≥ "
+                    f"{rules.sufficient_faithfulness:g} with everything else ablated), a minimal sufficient subset by "
+                    f"greedy elimination, and {rules.random_sets} random head sets of the same size kept alone as the "
+                    f"null for sufficiency (p ≤ {rules.random_set_level:g}).")
+    emergence_text = (f"**Emergence step**: the first checkpoint from which the score stays ≥ initial + "
+                      f"{rules.emergence_fraction:g} (final − initial); none if it rises by less than "
+                      f"{rules.emergence_rise:g}.")
     probe_text = ("**Probes**: ridge regression (λ = 0.01 per sample, standardised features) onto one-hot symbols; "
-                  "70/30 split by example; reach threshold 0.9.")
+                  f"70/30 split by example; reach threshold {rules.reach_accuracy:g}.")
     report.section("Methods")
-    report.bullets([score_text, f"**Role**: the largest score if ≥ {THRESHOLD}, else none.", causal_text,
+    report.bullets([score_text, f"**Role**: the largest score if ≥ {rules.role_score:g}, else none.", causal_text,
                     circuit_text, emergence_text, probe_text,
                     "Details and the reasons behind each choice: `docs/study-retrieval.md` in the headway repository."])
-
-
+    methods_section(report, rules)

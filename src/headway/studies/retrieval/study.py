@@ -11,6 +11,8 @@ from headway.runs.config import RunConfig
 from headway.studies.base import Study, StudyData, by_task
 from headway.studies.registry import register_study
 from headway.studies.retrieval.plan import STUDY_SCALES, RetrievalPlan, study_plan
+from headway.studies.retrieval.rules import RetrievalRules
+from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
 if TYPE_CHECKING:  # the analysis and report load when the study runs, not with its --help
@@ -30,7 +32,8 @@ class RetrievalStudy(Study):
     scales = STUDY_SCALES
     run_settings = ("steps", "vocab")
     tables = ("heads", "circuit", "paths", "circuit_sensitivity", "head_curves", "probes")
-    version = 4
+    version = 5
+    rules_class = RetrievalRules
 
     @classmethod
     def plan_for(cls, scale: str) -> RetrievalPlan:
@@ -41,7 +44,7 @@ class RetrievalStudy(Study):
 
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
         for members in by_task(runs).values():
-            for name, frame in analyse_members(run_dir, runs, members, device).items():
+            for name, frame in analyse_members(run_dir, runs, members, device, self.rules).items():
                 parts[name].append(self.tag(frame, runs, members))
         return {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
 
@@ -51,10 +54,10 @@ class RetrievalStudy(Study):
         return summarise(data)
 
     @staticmethod
-    def verdicts(summary: RetrievalTables) -> list[Verdict]:
+    def verdicts(summary: RetrievalTables, rules: Rules) -> list[Verdict]:
         from headway.studies.retrieval.verdicts import verdicts
 
-        return verdicts(summary)
+        return verdicts(summary, rules)
 
     def report(self, data: StudyData, summary: RetrievalTables, found: list[Verdict]) -> Path:
         from headway.studies.retrieval.report import write_outputs

@@ -4,20 +4,23 @@ reach; and the machine-readable summary (numbers kept, never hidden when a claim
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from headway.analysis.emergence import emergence_table, order_consistency
+from headway.analysis.emergence import emergence_orders, emergence_table, order_consistency
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
 from headway.studies.retrieval.depth import depth_table, measured_min_layers
 from headway.studies.retrieval.phase import phase_table, run_mechanisms
-from headway.studies.retrieval.rules import REACH_ACCURACY, SOLVED, carries_answer
-from headway.studies.retrieval.sensitivity import REACH_SWEEP, verdict_sensitivity
+from headway.studies.retrieval.rules import RetrievalRules, carries_answer
+from headway.studies.retrieval.sensitivity import verdict_sensitivity
 from headway.studies.verdict import Verdict
 from headway.tasks.retrieval.probes import probe_reach
 from headway.tasks.retrieval.roles import role_columns
@@ -27,6 +30,9 @@ CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy"
                    "rest_resample_accuracy", "all_ablated_accuracy", "faithfulness", "minimal_heads", "minimal_circuit",
                    "minimal_faithfulness", "random_sets", "random_ablated_accuracy", "random_rest_accuracy", "p_necessary",
                    "p_sufficient", "random_minimal_rest_accuracy", "p_minimal_sufficient")
+# The rules the summarised tables read; the other summary rules are read by the verdicts alone, so a
+# sensitivity sweep of those judges the same tables again.
+TABLE_RULES = ("solved_accuracy", "reach_accuracy", "emergence_fraction", "emergence_rise")
 
 
 @dataclass
@@ -38,7 +44,7 @@ class RetrievalTables:
     minimal: pd.DataFrame  # measured minimum depth per facet × hops
     mechanism: pd.DataFrame  # per run: circuit, ablations, faithfulness, random-set null, whether it carries the answer
     paths: pd.DataFrame  # path patching between consecutive circuit layers, per run and channel
-    sensitivity: pd.DataFrame  # each threshold-dependent verdict recomputed over its threshold
+    sensitivity: pd.DataFrame  # each verdict that rests on a rule, recomputed over the rule's sweep
     reach: pd.DataFrame  # probe reach per run, site and layer
     curves: pd.DataFrame  # role scores of the circuit groups over checkpoints
     hops: pd.DataFrame  # per-hop validation accuracy over training
@@ -52,44 +58,58 @@ class RetrievalTables:
 
 
 def summarise(data: StudyData) -> RetrievalTables:
-    """The study's tables from the gathered metrics and analysis tables."""
+    """The study's tables from the gathered metrics and analysis tables, by `data.rules`, with every
+    verdict recomputed over each rule's sweep (`sensitivity.verdict_sensitivity`)."""
+    rules = data.rules
+    tables = derive(data, rules)
+
+    def tables_at(changed: RetrievalRules) -> RetrievalTables:
+        moved = any(getattr(changed, name) != getattr(rules, name) for name in TABLE_RULES)
+        return derive(data, changed) if moved else tables
+
+    sensitivity = verdict_sensitivity(tables, rules, tables_at, data.tables["circuit_sensitivity"])
+    return dataclasses.replace(tables, sensitivity=sensitivity)
+
+
+def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
+    """Every table but the sensitivity sweep, by `rules` (of which it reads TABLE_RULES)."""
     metrics = data.metrics.assign(part=np.where(data.metrics.conditional.astype(bool), "conditional", "plain"))
-    final = final_runs(metrics)
+    final = final_runs(metrics, rules.solved_accuracy)
     heads, circuit = data.tables["heads"], data.tables["circuit"]
-    mechanism = mechanism_table(final, heads, circuit)
+    mechanism = mechanism_table(final, heads, circuit, rules)
     facets = tuple(f for f in FACETS if f in final.columns)
-    depth = depth_table(metrics, threshold=SOLVED, by=facets)
+    depth = depth_table(metrics, threshold=rules.solved_accuracy, by=facets)
     paths = data.tables["paths"].merge(final[["run_id", "hops", "layers", "solved"]], on="run_id") \
         if len(data.tables["paths"]) else pd.DataFrame()
+    emerge = {"fraction": rules.emergence_fraction, "min_rise": rules.emergence_rise}
     curves = role_curves(heads, data.tables["head_curves"], final)
     hops = hop_curves(metrics)
     cells = ic_cells(final)
     minimal = measured_min_layers(depth, by=facets)
-    reach_at = {threshold: probe_reach_table(data.tables["probes"], final, threshold) for threshold in REACH_SWEEP}
-    reach = reach_at[REACH_ACCURACY]  # the sweep holds the default threshold's table
-    sensitivity = verdict_sensitivity(metrics, facets, mechanism, data.tables["circuit_sensitivity"], final,
-                                      paths, reach_at)
-    mechanism_class = run_mechanisms(final, data.tables["probes"], heads)
+    reach = probe_reach_table(data.tables["probes"], final, rules.reach_accuracy)
+    mechanism_class = run_mechanisms(final, data.tables["probes"], heads, rules.reach_accuracy)
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
-                           sensitivity=sensitivity, reach=reach, curves=curves, hops=hops,
-                           emergence=emergence_summary(curves, cells), hop_emergence=emergence_summary(hops, cells),
-                           results=results_table(mechanism, reach, curves, mechanism_class), heads=heads,
+                           sensitivity=pd.DataFrame(), reach=reach, curves=curves, hops=hops,
+                           emergence=emergence_summary(curves, cells, **emerge),
+                           hop_emergence=emergence_summary(hops, cells, expected=hop_order, **emerge),
+                           results=results_table(mechanism, reach, curves, mechanism_class, **emerge), heads=heads,
                            probes=data.tables["probes"], mechanism_class=mechanism_class,
-                           phase=phase_table(final, metrics, mechanism_class))
+                           phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy))
 
 
-def final_runs(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: config, final accuracy, whether it is solved, and the chance levels."""
+def final_runs(metrics: pd.DataFrame, solved: float) -> pd.DataFrame:
+    """One row per run: config, final accuracy, whether it is solved (accuracy ≥ `solved`), and the chance levels."""
     final = final_metrics(metrics).copy()
     final["part"] = np.where(final.conditional.astype(bool), "conditional", "plain")
-    final["solved"] = final.val_accuracy >= SOLVED
+    final["solved"] = final.val_accuracy >= solved
     final["chance"] = np.maximum(1.0 / final.vocab, 1.0 / final.chains)
     return final
 
 
-def mechanism_table(final: pd.DataFrame, heads: pd.DataFrame, circuit: pd.DataFrame) -> pd.DataFrame:
+def mechanism_table(final: pd.DataFrame, heads: pd.DataFrame, circuit: pd.DataFrame,
+                    rules: RetrievalRules) -> pd.DataFrame:
     """Per run: the circuit's heads and roles, its necessity, sufficiency and random-set null, the
-    costliest other head, and whether the circuit carries the answer (`carries_answer`)."""
+    costliest other head, the model's head count, and whether the circuit carries the answer (`carries_answer`)."""
     inside = heads[heads.in_circuit]
     signature = (inside.assign(name=lambda f: "L" + (f.layer + 1).astype(str) + " " + f.role)
                  .groupby("run_id").name.agg(lambda names: ", ".join(sorted(set(names)))))
@@ -97,9 +117,10 @@ def mechanism_table(final: pd.DataFrame, heads: pd.DataFrame, circuit: pd.DataFr
     worst_other = outside.groupby("run_id")[["mean_drop", "zero_drop"]].max().max(axis=1)
     table = final[["run_id", *FACETS, "hops", "layers", "seed", "val_accuracy", "solved", "chance"]].merge(
         circuit[["run_id", *CIRCUIT_COLUMNS]], on="run_id")
+    table["model_heads"] = table.run_id.map(final.set_index("run_id").eval("layers * heads")).astype(int)
     table["circuit_roles"] = table.run_id.map(signature).fillna("")
     table["max_other_head_drop"] = table.run_id.map(worst_other).fillna(0.0)
-    table["circuit_carries_answer"] = carries_answer(table)
+    table["circuit_carries_answer"] = carries_answer(table, rules)
     return table
 
 
@@ -139,21 +160,49 @@ def ic_cells(final: pd.DataFrame) -> pd.DataFrame:
     return solved.groupby(keys).run_id.agg(list).rename("run_ids").reset_index()
 
 
-def emergence_summary(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """Per cell (rows of `cells` with run_ids): emergence consistency across its seeds."""
+def emergence_summary(curves: pd.DataFrame, cells: pd.DataFrame, fraction: float, min_rise: float,
+                      expected: Callable[[Any], tuple[str, ...]] | None = None) -> pd.DataFrame:
+    """Per cell (rows of `cells` with run_ids): emergence consistency across its seeds (emergence at
+    `fraction` of the rise, none below `min_rise`), and what its order test counts (`order_agreement`):
+    against `expected(cell)` when given, else against the cell's most common order."""
     rows = []
     for cell in cells.itertuples():
         mine = curves[curves.run_id.isin(cell.run_ids)]
         if mine.empty:
             continue
-        table = emergence_table(mine)
+        table = emergence_table(mine, fraction, min_rise)
         consistency = order_consistency(table)
+        orders = emergence_orders(table)
+        untied = [tuple(order) for order in orders[~orders.ties].order]
         rows.append({**{k: getattr(cell, k) for k in cells.columns if k != "run_ids"}, **consistency,
-                     "most_common_order": " → ".join(consistency["most_common_order"])})
+                     "most_common_order": " → ".join(consistency["most_common_order"]),
+                     **order_agreement(untied, expected(cell) if expected else None)})
     return pd.DataFrame(rows)
 
 
-def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame, threshold: float = REACH_ACCURACY) -> pd.DataFrame:
+def hop_order(cell: Any) -> tuple[str, ...]:
+    """The order the implicit curriculum predicts for a cell's hops: hop 1 → hop 2 → … → hop D."""
+    return tuple(f"hop {k}" for k in range(1, int(cell.hops) + 1))
+
+
+def order_agreement(orders: Sequence[tuple[str, ...]], expected: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """What an order test counts among the seeds whose units emerged at distinct checkpoints (`orders`): the
+    unit set (`order_units` units) — `expected`'s, else the set most seeds emerged, ties to the larger set
+    (which units emerge says nothing of their order) —, the seeds whose emerged units are exactly that set
+    (`order_seeds`), and how many of them follow the tested order (`agreeing_seeds`): `expected`, else
+    their most common order (`tested_order`)."""
+    sets = Counter(frozenset(order) for order in orders)
+    if expected is not None:
+        units = frozenset(expected)
+    else:
+        units = max(sets, key=lambda s: (sets[s], len(s), sorted(s)), default=frozenset())
+    held = [order for order in orders if frozenset(order) == units]
+    tested = expected if expected is not None else Counter(held).most_common(1)[0][0] if held else ()
+    return {"order_units": len(units), "order_seeds": len(held),
+            "agreeing_seeds": sum(order == tested for order in held), "tested_order": " → ".join(tested)}
+
+
+def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Probe reach per run, site and layer (a hop counts as decoded at probe accuracy ≥ `threshold`)."""
     if probes.empty:
         return pd.DataFrame(columns=["run_id", "site", "layer", "reach", "bound_theorem", "tripling"])
@@ -162,16 +211,16 @@ def probe_reach_table(probes: pd.DataFrame, final: pd.DataFrame, threshold: floa
 
 
 def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataFrame,
-                  mechanism_class: pd.DataFrame) -> pd.DataFrame:
+                  mechanism_class: pd.DataFrame, fraction: float, min_rise: float) -> pd.DataFrame:
     """One row per run: circuit columns, its mechanism class, the query reach after each layer and the
-    emergence order."""
+    emergence order (emergence at `fraction` of the rise, none below `min_rise`)."""
     table = mechanism.merge(mechanism_class, on="run_id", how="left")
     query = reach[reach.site == "query"]
     if not query.empty:
         text = query.sort_values("layer").groupby("run_id").reach.agg(lambda r: " ".join(str(int(v)) for v in r))
         table["query_reach_per_layer"] = table.run_id.map(text).fillna("")
     if not curves.empty:
-        orders = emergence_table(curves.assign(seed=curves.run_id))
+        orders = emergence_table(curves.assign(seed=curves.run_id), fraction, min_rise)
         order = (orders.dropna(subset=["emergence_step"]).sort_values(["emergence_step", "unit"])
                  .groupby("seed").unit.agg(" → ".join))
         table["emergence_order"] = table.run_id.map(order).fillna("")
@@ -179,13 +228,14 @@ def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataF
 
 
 def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict]) -> dict[str, Any]:
-    """The machine-readable summary: settings, hardware, timings, the tables that back each verdict."""
+    """The machine-readable summary: settings, hardware, timings, the rules, the verdicts (each with its p-value,
+    level and power) and the tables that back them."""
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
     return {
         "scale": data.plan.scale, "runs": len(tables.final), "hardware": data.hardware,
-        "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
+        "seconds": {k: round(v, 1) for k, v in data.seconds.items()}, "rules": data.rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts], "minimum_depth": records(tables.minimal),
         "mechanism": records(tables.mechanism.drop(columns=["run_id"])),
         "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),

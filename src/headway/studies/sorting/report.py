@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -18,16 +19,18 @@ from headway.runs import layout
 from headway.studies.base import ANALYSIS, StudyData
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
-from headway.studies.sorting.tables import LEARNED, LLC_FALL, SortingTables, run_title, summary_json
+from headway.studies.sorting.rise_fall import run_level, run_test
+from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.tables import SortingTables, run_title, summary_json
 from headway.studies.sorting.verdicts import share_text, threshold_sensitivity, training_text
-from headway.studies.verdict import Verdict, verdict_callouts
-from headway.tasks.sorting.modes import ModeThresholds, copy_sets
+from headway.studies.verdict import Verdict, methods_section, verdict_callouts
+from headway.tasks.sorting.modes import copy_sets
 
 
 def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict], out: Path) -> Path:
     """Every output of the study into `out`; return the report's path."""
     figures = fresh_figures(out)
-    plan, final = data.plan, tables.final
+    plan, final, rules = data.plan, tables.final, data.rules
     tables.final.to_csv(out / "results.csv", index=False)
     tables.fractions.to_csv(out / "mode_fractions.csv", index=False)
     tables.sweep.to_csv(out / "mode_sweep.csv", index=False)
@@ -37,17 +40,21 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
 
     report = Report("Structure development in list-sorting transformers",
                     f"headway study sorting · scale `{plan.scale}` · {len(final)} trained transformers")
-    verdict_callouts(report, verdicts, "Each claim of the source checked by this study, with the numbers behind "
-                     "the verdict. A claim that does not hold at this scale is shown as such; it is a result, "
-                     "not an error.")
+    verdict_callouts(report, verdicts, "Each claim of the source checked by this study: the test fixed in advance "
+                     "(its null, the test and the effect it must detect), then the numbers, p and power. Reproduced: "
+                     f"the test rejects its null at family-wise α = {rules.alpha:g} (Holm's correction over the "
+                     f"testable claims); not reproduced: it does not, with power ≥ {rules.power:g} for the stated "
+                     "effect; not testable: too little power, a missing control or too few learned runs. A claim "
+                     "that does not hold at this scale is shown as such; it is a result, not an error.")
     _overview(report, data, final)
-    _training_section(report, data.metrics, final, figures)
-    _modes_section(report, final, tables.fractions, [data_label_of(d) for d in plan.data], figures)
-    _sweep_section(report, tables)
+    _training_section(report, data.metrics, final, rules, figures)
+    _modes_section(report, final, tables.fractions, [data_label_of(d) for d in plan.data], rules, figures)
+    _sweep_section(report, tables, rules)
     _circuits_section(report, data, out, final, figures)
     _effects_section(report, tables, final, figures)
     _development_section(report, data, tables, figures)
     _methods_section(report, plan)
+    methods_section(report, rules)
     report.section("All runs").table(final, "Per run: data, weight decay, seed, accuracy, mode and its quantities, LLC.")
     layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
     return report.write(out / "report.html")
@@ -66,17 +73,18 @@ def _overview(report: Report, data: StudyData, final: pd.DataFrame) -> None:
     })
 
 
-def _training_section(report: Report, metrics: pd.DataFrame, final: pd.DataFrame, figures: Path) -> None:
+def _training_section(report: Report, metrics: pd.DataFrame, final: pd.DataFrame, rules: SortingRules,
+                      figures: Path) -> None:
     section = report.section("Training")
     section.figure(save_figure(plot_training(metrics), figures / "training.png"),
                    "Validation loss and per-token accuracy (teacher forced) of every run; dotted: 95%.")
-    section.paragraph(training_text(final))
+    section.paragraph(training_text(final, rules.learned))
 
 
 def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame, data_order: list[str],
-                   figures: Path) -> None:
+                   rules: SortingRules, figures: Path) -> None:
     section = report.section("Head modes")
-    t = ModeThresholds()
+    t = rules.mode_thresholds()
     section.paragraph(
         "Each model's mode comes from its OV and QK circuits (LayerNorm folded). A head copies number v "
         f"when its OV diagonal score (the diagonal entry's z-score within its row) exceeds {t.copy:g}, "
@@ -101,26 +109,29 @@ def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame,
                   "(the OV/QK circuits classified at each checkpoint).", float_format="{:.0f}")
 
 
-def _sweep_section(report: Report, tables: SortingTables) -> None:
-    """How the modes and the verdicts that rest on them move when one threshold of the mode rule moves."""
+def _sweep_section(report: Report, tables: SortingTables, rules: SortingRules) -> None:
+    """How the modes and the verdicts that rest on them move when one swept rule moves."""
     section = report.section("Threshold sensitivity")
-    t = ModeThresholds()
+    swept = ", ".join(f"{name} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
+                      for name, values in rules.sweeps().items())
     section.paragraph(
-        f"The copy threshold ({t.copy:g}) was fixed a priori from untrained heads of the study's shape: it is the "
-        "smallest half-integer beyond which a model's diagonal scores expect fewer than 0.05 spurious copied or "
-        "suppressed numbers under noise (docs/study-sorting.md). Each model's mode is recomputed from its final "
-        "circuits with one threshold changed at a time (`mode_sweep.csv`: run × threshold value → mode); below, "
-        "the mode counts at each value, and each mode-based verdict's status there.")
+        f"The copy threshold ({rules.copy:g}) was fixed a priori from untrained heads of the study's shape: it is "
+        "the smallest half-integer beyond which a model's diagonal scores expect fewer than 0.05 spurious copied or "
+        f"suppressed numbers under noise (docs/study-sorting.md). Every swept rule ({swept}; `SortingRules`) is "
+        "moved one at a time: each model's mode is recomputed from its final circuits for a mode threshold "
+        "(`mode_sweep.csv`: run × threshold value → mode), and the mode-based claims are judged again, with the "
+        "gap and LLC findings as they are; below, the mode counts at each value, and each mode-based verdict's "
+        "status there.")
     sweep = tables.sweep
     if sweep.empty:
         section.paragraph("No sweep was stored with this analysis.")
-        return
-    counts = sweep.groupby(["threshold", "value", "mode"], sort=False).size().unstack(fill_value=0).reset_index()
-    section.table(counts, "Models in each mode when one threshold takes each swept value (the others at their "
-                  "defaults).", float_format="{:g}")
-    sensitivity = threshold_sensitivity(tables)
+    else:
+        counts = sweep.groupby(["threshold", "value", "mode"], sort=False).size().unstack(fill_value=0).reset_index()
+        section.table(counts, "Models in each mode when one threshold takes each swept value (the others at their "
+                      "defaults).", float_format="{:g}")
+    sensitivity = threshold_sensitivity(tables, rules)
     section.table(sensitivity.pivot(index=["threshold", "value"], columns="claim", values="status").reset_index(),
-                  "Status of each verdict that rests on the modes, per swept threshold value.", float_format="{:g}")
+                  "Status of each verdict that rests on the modes, per swept rule value.", float_format="{:g}")
 
 
 def _representatives(final: pd.DataFrame) -> pd.DataFrame:
@@ -143,9 +154,9 @@ def _circuits_section(report: Report, data: StudyData, out: Path, final: pd.Data
         stem = f"circuits_{row.mode}"
         section.figure(save_figure(plot_circuits(arrays["ov"][i], arrays["qk"][i], title), figures / f"{stem}.png"),
                        f"OV and QK circuits per head — {title}.")
-        copies, suppresses = copy_sets(arrays["scores"][i : i + 1], ModeThresholds())
-        section.figure(save_figure(plot_diagonal_scores(arrays["scores"][i], copies[0], suppresses[0], title),
-                             figures / f"scores_{row.mode}.png"),
+        copies, suppresses = copy_sets(arrays["scores"][i : i + 1], data.rules.mode_thresholds())
+        section.figure(save_figure(plot_diagonal_scores(arrays["scores"][i], copies[0], suppresses[0], title,
+                                                        data.rules.copy), figures / f"scores_{row.mode}.png"),
                        f"OV diagonal score per number and head — {title}.")
 
 
@@ -190,6 +201,14 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
         "MALA acceptance is the mean Metropolis-adjusted Langevin acceptance probability of the SGLD steps "
         f"(a warning below {MIN_ACCEPTANCE:g}). Stage boundaries: red from LLC turning points, "
         "blue from the loss curve's plateaus (rule in Methods).")
+    bias = tables.llc_bias
+    section.key_values({"LLC estimator bias": "not measured: the rise-and-fall test takes it as 0" if math.isnan(bias)
+                        else f"{bias:.1%} of each λ̂ (measured on models of known LLC), added to its standard error "
+                             "in the rise-and-fall test"})
+    section.table(_rise_fall_table(tables, data.rules), "The rise-and-fall test of each traced run (its p: the larger "
+                  "of p_rise and p_fall times the candidate peaks; a run passes at p ≤ "
+                  f"{run_level(data.rules):.3g}; power: its chance to pass if the LLC rose and fell "
+                  f"{data.rules.llc_fall:.0%} of its peak), with the estimator bias above.", float_format="{:.3g}")
     for traced in tables.development:
         title, frame = run_title(traced), traced.llc
         section.figure(save_figure(plot_development(traced.loss, frame, traced.boundaries, title),
@@ -209,18 +228,26 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
             section.callout("SGLD diagnostics: " + " | ".join(traced.warnings[:5]), "warning")
 
 
+def _rise_fall_table(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:
+    """One row per traced run: why it is unusable (if so), its candidate peaks, p_rise, p_fall, its p,
+    whether it passes, and its power for the stated effect."""
+    rows = []
+    for traced in tables.development:
+        tested = run_test(traced, rules, tables.llc_bias)
+        rows.append({"run": run_title(traced), "unusable": tested.unusable, "candidate_peaks": tested.candidates,
+                     "p_rise": traced.p_rise, "p_fall": traced.p_fall, "p": tested.p,
+                     "rises_and_falls": tested.counted, "power": tested.power})
+    return pd.DataFrame(rows)
+
+
 def _methods_section(report: Report, plan) -> None:
-    t, rule = ModeThresholds(), StageRule()
+    rule = StageRule()
     report.section("Methods").bullets([
         f"Recipe: {', '.join(f'{k} {v}' for k, v in plan.settings.items() if k not in ('task',))}.",
-        f"Mode thresholds: {t}.",
         (f"Stage rule: smooth both curves over {rule.window} checkpoints in log(step); LLC boundaries at turning "
         f"points that move the curve by ≥ {rule.min_change:.0%} of its range on both sides; loss boundaries where "
         f"the loss has fallen {rule.plateau:.0%} of its total drop and where it is within {rule.plateau:.0%} of "
         "its final value; boundaries closer than one checkpoint interval are merged."),
-        f"Learned: per-token validation accuracy ≥ {LEARNED:.0%}; mode fractions count learned runs only.",
-        (f"LLC 'rises then falls': among valid checkpoints (λ̂ > 0, no chain diverged or went non-finite) the "
-         f"whole-model LLC rises ≥ {LLC_FALL:.0%} to an interior peak and ends ≥ {LLC_FALL:.0%} below it, each "
-         "change beyond 2 standard errors."),
-        "Details and the reasons for each choice: docs/study-sorting.md.",
+        "Every threshold, level and stated effect of the verdicts: the rules below. Details and the reasons "
+        "for each choice: docs/study-sorting.md.",
     ])

@@ -9,12 +9,13 @@ interrupted ensemble resumes), and each final model is classified by the study's
 lists the study analyses (`ANALYSIS_SEED`). No LLC, ablation or DLA: only the mode is searched for.
 
 The test, fixed before any search model was trained: per condition, an exact one-sided binomial test
-of k copy-suppression models among the n learned runs (per-token validation accuracy ≥ `LEARNED`)
-against a copy-suppression rate of `NULL_RATE` (CS at most rare), at level α = `SIGNIFICANT`
-Šidák-corrected over the conditions searched (each condition at 1 − (1 − α)^(1/m)); the combined p
-is Šidák's over the per-condition p-values. A condition's power is that of its test when the true
-copy-suppression rate is `EFFECT_RATE` (half the models: "one of the two main modes"). A condition
-whose test is not significant is "absent" only with power ≥ `ADEQUATE_POWER`, else "not testable".
+of k copy-suppression models among the n learned runs (per-token validation accuracy ≥ the study's
+`SortingRules.learned`) against a copy-suppression rate of `NULL_RATE` (CS at most rare), at level
+α = `SortingRules.alpha` Šidák-corrected over the conditions searched (each condition at
+1 − (1 − α)^(1/m)); the combined p is Šidák's over the per-condition p-values. A condition's power
+is that of its test when the true copy-suppression rate is `EFFECT_RATE` (half the models: "one of
+the two main modes"). A condition whose test is not significant is "absent" only with power
+≥ `SortingRules.power`, else "not testable".
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ from headway.analysis.statistics import binomial_power, binomial_tail, critical_
 from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.studies.sorting.plan import study_plan
-from headway.studies.sorting.tables import ADEQUATE_POWER, LEARNED, SIGNIFICANT, mode_fractions
+from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.tables import mode_fractions
+
+RULES = SortingRules()  # the study's rules: what counts as learned, the level and the power required
 
 NULL_RATE = 0.05  # copy-suppression rate of the null hypothesis: CS at most rare in the condition
 EFFECT_RATE = 0.5  # rate the power is computed at: CS in half the models, one of two main modes
@@ -80,7 +84,7 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     import torch
 
     from headway.studies.sorting.analyse import ANALYSIS_SEED, circuit_state
-    from headway.tasks.sorting.modes import SWEEP, threshold_sweep
+    from headway.tasks.sorting.modes import threshold_sweep
     from headway.tasks.sorting.task import generate
 
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
@@ -88,7 +92,7 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     tokens = torch.from_numpy(batch.tokens).to(device).expand(model.n_instances, *batch.tokens.shape)
     ov, qk, scores, modes = circuit_state(model, task, tokens)
     modes["min_diagonal_score"] = scores.flatten(1).min(dim=1).values.cpu().numpy()  # most suppressed number, any head
-    sweep = threshold_sweep(ov, qk, {"copy": SWEEP["copy"]})
+    sweep = threshold_sweep(ov, qk, {"copy": RULES.sweeps()["copy"]})
     # the smallest swept copy threshold at which the rule calls the model copy-suppression (NaN: at none);
     # descriptive only: the test reads the mode at the default thresholds
     modes["cs_at_copy"] = modes.instance.map(sweep[sweep["mode"] == SUPPRESSOR].groupby("instance").value.min())
@@ -144,7 +148,7 @@ def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, 
     missing = table[table["mode"].isna()].run_id.tolist()
     if missing:
         raise ConfigError(f"runs {missing} of the search have no checkpoint under {out}")
-    table["learned"] = table.val_accuracy >= LEARNED
+    table["learned"] = table.val_accuracy >= RULES.learned
     return table
 
 
@@ -152,7 +156,7 @@ def fractions(table: pd.DataFrame) -> pd.DataFrame:
     """Learned runs per condition in each mode with Wilson 95% intervals (the study's `mode_fractions`,
     the condition in place of the data value)."""
     frame = table.rename(columns={"condition": "data"})
-    out = mode_fractions(frame).rename(columns={"data": "condition"})
+    out = mode_fractions(frame, RULES.learned).rename(columns={"data": "condition"})
     order = {name: i for i, name in enumerate(dict.fromkeys(table.condition))}
     return out.sort_values("condition", key=lambda c: c.map(order), kind="stable", ignore_index=True)
 
@@ -172,27 +176,27 @@ class ConditionTest:
 
 
 def condition_tests(table: pd.DataFrame, null_rate: float = NULL_RATE, effect: float = EFFECT_RATE,
-                    alpha: float = SIGNIFICANT) -> tuple[pd.DataFrame, float]:
+                    alpha: float = RULES.alpha) -> tuple[pd.DataFrame, float]:
     """The pre-specified per-condition test (module docstring) and the combined Šidák p-value."""
     names = list(dict.fromkeys(table.condition))
     level = 1.0 - (1.0 - alpha) ** (1.0 / len(names))
     rows = []
     for name in names:
         group = table[table.condition == name]
-        learned = group[group.val_accuracy >= LEARNED]
+        learned = group[group.val_accuracy >= RULES.learned]
         n, k = len(learned), int((learned["mode"] == SUPPRESSOR).sum())
         p = binomial_tail(k, n, null_rate) if n else 1.0
         power = binomial_power(n, null_rate, effect, level) if n else 0.0
         if n and p <= level:
             status = "found"
-        elif power < ADEQUATE_POWER:
+        elif power < RULES.power:
             status = "not testable"
         elif k == 0:
             status = "absent"
         else:
             status = "rare (not above the null rate)"
         rows.append(ConditionTest(name, n, len(group), k, p, level, critical_count(n, null_rate, level) if n else 1,
-                                  power, detectable_accuracy(n, null_rate, level, ADEQUATE_POWER) if n else math.nan,
+                                  power, detectable_accuracy(n, null_rate, level, RULES.power) if n else math.nan,
                                   status).__dict__)
     tests = pd.DataFrame(rows)
     return tests, sidak(tests.p_value.tolist())
@@ -257,9 +261,9 @@ def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, 
             cells[m] for m in ("splitting", SUPPRESSOR, "overlapping", "other")) + " |")
     lines += ["", "## Test (fixed before training)", "",
               f"Per condition: exact one-sided binomial test of the copy-suppression count among learned runs "
-              f"(val accuracy ≥ {LEARNED:.0%}) against a rate of {NULL_RATE:g}, each at α = {tests.alpha.iloc[0]:.4f} "
+              f"(val accuracy ≥ {RULES.learned:.0%}) against a rate of {NULL_RATE:g}, each at α = {tests.alpha.iloc[0]:.4f} "
               f"(0.05 Šidák-corrected over {len(tests)} conditions). Power: probability of a significant result if "
-              f"the true copy-suppression rate were {EFFECT_RATE:g}; a null result with power < {ADEQUATE_POWER:.0%} "
+              f"the true copy-suppression rate were {EFFECT_RATE:g}; a null result with power < {RULES.power:.0%} "
               "is *not testable*. Detectable rate: the smallest rate found with 80% power.", "",
               "| condition | learned / runs | CS models | p | critical count | power at rate 0.5 | detectable rate | status |",
               "|---|---|---|---|---|---|---|---|"]
@@ -276,7 +280,7 @@ def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, 
         absent = tests[tests.status == "absent"]
         lines.append(f"No condition shows copy-suppression above a rate of {NULL_RATE:g} "
                      f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
-                     f"learned runs). Absent with ≥ {ADEQUATE_POWER:.0%} power to detect a rate of {EFFECT_RATE:g} in: "
+                     f"learned runs). Absent with ≥ {RULES.power:.0%} power to detect a rate of {EFFECT_RATE:g} in: "
                      + (", ".join(absent.condition) or "none") + "; not testable in: "
                      + (", ".join(tests[tests.status == 'not testable'].condition) or "none") + ".")
     return "\n".join(lines) + "\n"

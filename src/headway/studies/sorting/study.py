@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,6 +12,7 @@ from headway.runs.config import RunConfig
 from headway.studies.base import Study, StudyData, by_task
 from headway.studies.registry import register_study
 from headway.studies.sorting.plan import STUDY_SCALES, SortingPlan, data_label, study_plan
+from headway.studies.sorting.rules import SortingRules
 from headway.studies.verdict import Verdict
 
 if TYPE_CHECKING:  # the analysis and report load when the study runs, not with its --help
@@ -30,7 +32,9 @@ class SortingStudy(Study):
     scales = STUDY_SCALES
     tables = ("final", "ablation", "dla", "mode_curve", "llc_final", "mode_sweep", "llc_curve")
     version = 4
+    rules_class = SortingRules
     plan: SortingPlan
+    rules: SortingRules
 
     @classmethod
     def plan_for(cls, scale: str) -> SortingPlan:
@@ -38,7 +42,7 @@ class SortingStudy(Study):
 
     def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
         plan = self.plan
-        return {**super().analysis_stamp(runs), "sgld": plan.sgld.to_dict(),
+        return {**super().analysis_stamp(runs), "sgld": plan.sgld.to_dict(),  # the rules' stamp holds their sweeps
                 "development": self._development(runs), "llc_checkpoints": plan.llc_checkpoints,
                 "llc_weights": plan.llc_weights,
                 "examples": plan.examples}
@@ -75,7 +79,7 @@ class SortingStudy(Study):
         order: list[int] = []
         for members in by_task(runs).values():
             tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, plan.sgld, self.progress,
-                                             data_label(runs[members[0]]), self.compute.precision)
+                                             data_label(runs[members[0]]), self.rules, self.compute.precision)
             for name, frame in tables.items():
                 parts[name].append(self.tag(frame, runs, members))
             for name, array in arrays.items():
@@ -93,15 +97,17 @@ class SortingStudy(Study):
         return None if tables is None else {name: frame.assign(ensemble=run_dir.name) for name, frame in tables.items()}
 
     def summarise(self, data: StudyData) -> SortingTables:
+        from headway.studies.llc_trace import estimator_bias
         from headway.studies.sorting.tables import summarise
 
-        return summarise(data)
+        traced = len(data.tables["llc_curve"]) > 0
+        return summarise(data, estimator_bias(self.plan.sgld) if traced else math.nan)
 
     @staticmethod
-    def verdicts(summary: SortingTables) -> list[Verdict]:
+    def verdicts(summary: SortingTables, rules: SortingRules) -> list[Verdict]:
         from headway.studies.sorting.verdicts import verdicts
 
-        return verdicts(summary)
+        return verdicts(summary, rules)
 
     def report(self, data: StudyData, summary: SortingTables, found: list[Verdict]) -> Path:
         from headway.studies.sorting.report import write_outputs

@@ -1,10 +1,12 @@
 """Study-level tables of the sorting study (`summarise`): one row per run with its mode, the mode
-fractions per data value and weight decay with Wilson intervals, the pre-specified gap test with its
-power, each run's mode over a sweep of the classifier's thresholds, and each traced run's
-development; and the machine-readable summary."""
+fractions per data value and weight decay with Wilson intervals, the pre-specified gap test with the
+simulated p-values its power is read from, each run's mode over a sweep of the classifier's thresholds,
+each traced run's development, and the estimator's bias; and the machine-readable summary. Every
+threshold comes from the study's rules (`headway.studies.sorting.rules.SortingRules`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,18 +18,12 @@ from headway.analysis.statistics import permutation_independence, sidak, wilson_
 from headway.runs.store import final_metrics
 from headway.studies.base import StudyData
 from headway.studies.sorting.plan import data_label_of
+from headway.studies.sorting.rise_fall import applied_bias, run_test
+from headway.studies.sorting.rules import SortingRules
 from headway.studies.verdict import Verdict
 from headway.tasks.sorting.modes import MODES
 
-LEARNED = 0.95  # per-token validation accuracy a run must reach to count as having learned to sort
-LLC_FALL = 0.1  # the final LLC must sit this fraction of the peak below it for "rises, then falls"
-SIGNIFICANT = 0.05  # level of the gap test: the data decide the mode when its combined p is below this
 GAP_SEED = 20_251_125  # seeds the gap test's permutations and its power simulation, so a report is reproducible
-GAP_PERMUTATIONS = 9999  # permutations of the data labels per weight decay in the gap test
-POWER_EFFECT = (0.2, 0.8)  # the effect a null result is judged against: one mode's fraction, smallest → largest δ̄
-POWER_STUDIES = 400  # simulated studies behind the power of a null gap test (binomial s.e. ≤ 0.025)
-POWER_PERMUTATIONS = 999  # permutations per weight decay in each simulated study
-ADEQUATE_POWER = 0.8  # a null gap test refutes the claim only if the design had this power for POWER_EFFECT
 
 
 @dataclass
@@ -36,29 +32,32 @@ class SortingTables:
 
     final: pd.DataFrame  # one row per run: grid coordinates, accuracies, mode and its quantities, LLC
     fractions: pd.DataFrame  # learned runs per (data, weight decay) in each mode
-    gap_test: dict[str, Any] | None  # the pre-specified test of mode × δ̄ (`gap_test`), with its power when null
+    gap_test: dict[str, Any] | None  # the pre-specified test of mode × δ̄ (`gap_test`) with its simulated p-values
     development: list[Development]  # the traced runs, in trace order
     weight_decays: tuple[float, ...]  # the plan's weight decays, in plan order
     ablation: pd.DataFrame
     dla: pd.DataFrame
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run × swept threshold value: the mode
+    llc_bias: float = math.nan  # the LLC estimator's relative bias on models of known LLC (NaN: not measured)
 
 
-def summarise(data: StudyData) -> SortingTables:
-    """The study's tables from the gathered metrics and analysis tables."""
+def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
+    """The study's tables from the gathered metrics and analysis tables, by the rules in `data.rules`;
+    `llc_bias` is the LLC estimator's relative bias (NaN: not measured, then taken as 0 by the LLC test)."""
+    rules = data.rules
     final = final_table(data.metrics, data.tables)
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
-    fractions = mode_fractions(final)
     curve = data.tables["llc_curve"]
-    traced = [development(run_id, data.metrics, curve, LLC_FALL) for run_id in curve.run_id.unique()] \
-        if len(curve) else []
+    traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_change_z, applied_bias(llc_bias))
+              for run_id in curve.run_id.unique()] if len(curve) else []
     rng = np.random.default_rng(GAP_SEED)
-    test = gap_test(final, rng)
-    if test is not None and test["p_value"] >= SIGNIFICANT:
-        test["power"] = gap_power(final, rng)
-    return SortingTables(final=final, fractions=fractions, gap_test=test, development=traced,
-                         weight_decays=tuple(data.plan.weight_decays), ablation=data.tables["ablation"],
-                         dla=data.tables["dla"], sweep=mode_sweep(final, data.tables["mode_sweep"]))
+    test = gap_test(final, rules.learned, rules.gap_permutations, rng)
+    if test is not None:
+        test["simulated_p"] = gap_power(final, rules, rng).tolist()
+    return SortingTables(final=final, fractions=mode_fractions(final, rules.learned), gap_test=test,
+                         development=traced, weight_decays=tuple(data.plan.weight_decays),
+                         ablation=data.tables["ablation"], dla=data.tables["dla"],
+                         sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias)
 
 
 def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
@@ -75,10 +74,11 @@ def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.Da
                                             ignore_index=True)
 
 
-def mode_fractions(final: pd.DataFrame) -> pd.DataFrame:
-    """Fraction of seeds in each mode per (data, weight decay), learned runs only, with its Wilson 95%
-    interval (ci_low, ci_high): with 3 or 16 seeds a cell's fraction alone says little."""
-    learned = final[final.val_accuracy >= LEARNED]
+def mode_fractions(final: pd.DataFrame, learned_accuracy: float) -> pd.DataFrame:
+    """Fraction of seeds in each mode per (data, weight decay), learned runs only (validation accuracy
+    ≥ `learned_accuracy`), with its Wilson 95% interval (ci_low, ci_high): with 3 or 16 seeds a cell's
+    fraction alone says little."""
+    learned = final[final.val_accuracy >= learned_accuracy]
     rows = []
     for (data, gap, wd), group in learned.groupby(["data", "mean_gap", "weight_decay"]):
         for mode in MODES:
@@ -110,14 +110,14 @@ def mode_settled(curve: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["run_id", "settled_step"])
 
 
-def gap_test(final: pd.DataFrame, rng: np.random.Generator, permutations: int = GAP_PERMUTATIONS
+def gap_test(final: pd.DataFrame, learned_accuracy: float, permutations: int, rng: np.random.Generator
              ) -> dict[str, Any] | None:
     """The one pre-specified test that the data decide the mode: at each weight decay, Pearson's χ² of
-    the mode × data table of its learned runs over all data values, with a permutation p-value (data
-    labels shuffled among those runs); the weight decays combined by Šidák, so picking the weight decay
-    with the strongest effect is part of the test. None when no weight decay has learned runs at two
-    data values."""
-    learned = final[final.val_accuracy >= LEARNED]
+    the mode × data table of its learned runs (validation accuracy ≥ `learned_accuracy`) over all data
+    values, with a permutation p-value (data labels shuffled among those runs); the weight decays combined
+    by Šidák, so picking the weight decay with the strongest effect is part of the test. None when no
+    weight decay has learned runs at two data values. `simulated_p` is left for `gap_power`'s p-values."""
+    learned = final[final.val_accuracy >= learned_accuracy]
     strata = []
     for wd, group in learned.groupby("weight_decay"):
         if group.data.nunique() < 2:
@@ -128,26 +128,33 @@ def gap_test(final: pd.DataFrame, rng: np.random.Generator, permutations: int = 
     if not strata:
         return None
     return {"p_value": sidak([s["p_value"] for s in strata]), "permutations": permutations, "per_decay": strata,
-            "power": None, "power_effect": list(POWER_EFFECT), "power_studies": POWER_STUDIES}
+            "simulated_p": []}
 
 
-def gap_power(final: pd.DataFrame, rng: np.random.Generator, studies: int = POWER_STUDIES,
-              permutations: int = POWER_PERMUTATIONS, effect: tuple[float, float] = POWER_EFFECT) -> float:
-    """Probability that `gap_test` finds p < SIGNIFICANT in a study with the same learned runs per
-    (weight decay, data) cell when one mode's fraction moves linearly in the measured δ̄ from effect[0]
-    at the smallest to effect[1] at the largest, at every weight decay (simulated): what a null result
-    of this design can rule out. NaN when every data value has the same δ̄."""
-    learned = final[final.val_accuracy >= LEARNED]
+def gap_power(final: pd.DataFrame, rules: SortingRules, rng: np.random.Generator) -> np.ndarray:
+    """The combined p-values of `gap_test` in `rules.gap_power_studies` simulated studies with the same
+    learned runs per (weight decay, data) cell, where one mode's fraction moves linearly in the measured
+    δ̄ from `gap_effect_low` at the smallest to `gap_effect_high` at the largest, at every weight decay
+    (`rules.gap_power_permutations` each): the power at any level is the share of them at or below it
+    (`gap_power_at`). Empty when every data value has the same δ̄."""
+    learned = final[final.val_accuracy >= rules.learned]
     gaps = learned.groupby("data").mean_gap.first()
     span = gaps.max() - gaps.min()
     if not span > 0:
-        return float("nan")
-    share = learned.data.map(effect[0] + (effect[1] - effect[0]) * (gaps - gaps.min()) / span).to_numpy()
-    found = 0
-    for _ in range(studies):
+        return np.array([])
+    low, high = rules.gap_effect_low, rules.gap_effect_high
+    share = learned.data.map(low + (high - low) * (gaps - gaps.min()) / span).to_numpy()
+    found = []
+    for _ in range(rules.gap_power_studies):
         simulated = learned.assign(mode=np.where(rng.random(len(learned)) < share, "a", "b"))
-        found += gap_test(simulated, rng, permutations)["p_value"] < SIGNIFICANT
-    return found / studies
+        found.append(gap_test(simulated, rules.learned, rules.gap_power_permutations, rng)["p_value"])
+    return np.asarray(found)
+
+
+def gap_power_at(test: dict[str, Any], level: float) -> float:
+    """The gap test's power at `level`: the share of its simulated p-values at or below it (NaN: none)."""
+    simulated = np.asarray(test["simulated_p"], dtype=float)
+    return float((simulated <= level).mean()) if len(simulated) else math.nan
 
 
 def run_title(traced: Development) -> str:
@@ -157,8 +164,15 @@ def run_title(traced: Development) -> str:
 
 
 def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]) -> dict[str, Any]:
-    """Machine-readable results: the grid, accuracies, mode counts, LLC trace stages, verdicts, timings."""
-    plan, final = data.plan, tables.final
+    """Machine-readable results: the grid, accuracies, mode counts, the gap test, each traced run's LLC
+    course and rise-and-fall test, the rules, verdicts (with p, α and power), timings."""
+    plan, final, rules = data.plan, tables.final, data.rules
+    development = []
+    for traced in tables.development:
+        tested = run_test(traced, rules, tables.llc_bias)
+        development.append({**traced.summary(run_title(traced)), "llc_rises_then_falls": tested.counted,
+                            "llc_p_run": tested.p, "llc_candidate_peaks": tested.candidates,
+                            "llc_unusable": tested.unusable})
     return {
         "study": "sorting", "scale": plan.scale, "runs": len(final),
         "grid": {"data": [data_label_of(d) for d in plan.data], "weight_decays": list(plan.weight_decays),
@@ -166,12 +180,15 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         "realised_mean_gap": final.groupby("data").mean_gap.first().to_dict(),
         "accuracy": {"min_per_token": float(final.val_accuracy.min()),
                      "median_list": float(final.val_list_accuracy.median()),
-                     "learned": int((final.val_accuracy >= LEARNED).sum())},
+                     "learned": int((final.val_accuracy >= rules.learned).sum())},
         "modes": {m: int((final["mode"] == m).sum()) for m in MODES},
         "mode_fractions": tables.fractions.to_dict("records"),
-        "gap_test": tables.gap_test,
-        "development": [traced.summary(run_title(traced)) for traced in tables.development],
+        "gap_test": None if tables.gap_test is None
+        else {k: v for k, v in tables.gap_test.items() if k != "simulated_p"},  # the verdict gives its power
+        "development": development,
+        "llc_bias": None if math.isnan(tables.llc_bias) else tables.llc_bias,
         "sgld": plan.sgld.to_dict(),
+        "rules": rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
         "hardware": data.hardware,

@@ -1,51 +1,83 @@
-"""The verdict on each claim of the list-sorting paper, computed from the study's tables alone."""
+"""The verdict on each claim of the list-sorting paper, computed from the study's tables and its rules alone.
+
+Each claim is a test fixed in advance (a `Finding`: its null, test, p-value and the power to detect its
+stated effect, every number a field of `SortingRules`), and `judge` decides them together, Holm-corrected
+(`headway.studies.verdict`). docs/study-sorting.md, "Claims and verdicts", gives the reasons.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 
 from headway.analysis.development import Development
-from headway.analysis.statistics import wilson_interval
-from headway.studies.sorting.tables import ADEQUATE_POWER, LEARNED, LLC_FALL, SIGNIFICANT, SortingTables
-from headway.studies.verdict import Verdict, share_status
+from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, poisson_binomial_tail,
+                                         wilson_interval)
+from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
+from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.tables import SortingTables, gap_power_at
+from headway.studies.verdict import Finding, Verdict, judge
 from headway.tasks.sorting.modes import MODES
 
+LEARNS_CLAIM = "A one-layer attention-only transformer learns to sort"
+SPLITTING_CLAIM = "Vocabulary-splitting appears with and without weight decay"
+SIMPLE_CLAIM = "Heads settle into vocabulary-splitting or copy-suppression rather than overlapping ranges"
+COPY_SUPPRESSION_CLAIM = "Copy-suppression (one head copies, another suppresses) is one of the two main modes"
 GAP_CLAIM = "The gap distribution of the training data decides the final mode"
+LLC_CLAIM = "The LLC rises during initial learning and falls while the heads specialise"
+SIMPLE_MODES = ("splitting", "copy_suppression")
 
 
-def verdicts(tables: SortingTables) -> list[Verdict]:
-    """Every claim the tables can speak to, in report order."""
-    final = tables.final
-    sensitivity = threshold_sensitivity(tables)
-    by_modes = [replace(v, evidence=f"{v.evidence} {sensitivity_text(sensitivity, v.claim, v.status)}")
-                if len(sensitivity) else v for v in mode_verdicts(final, tables.weight_decays)]
-    checks = (learns_to_sort(final), *by_modes, gap_decides_mode(tables.gap_test, tables.fractions),
-              llc_rises_then_falls(tables))
-    return [verdict for verdict in checks if verdict is not None]
+def verdicts(tables: SortingTables, rules: SortingRules) -> list[Verdict]:
+    """Every claim judged together, in report order; the mode-based ones end with their threshold sweep."""
+    found = judge([*mode_findings(tables.final, tables.weight_decays, rules), *other_findings(tables, rules)], rules)
+    sensitivity = threshold_sensitivity(tables, rules)
+    swept = set(sensitivity.claim)
+    return [replace(v, evidence=f"{v.evidence} {sensitivity_text(sensitivity, v.claim, v.status)}")
+            if v.claim in swept else v for v in found]
 
 
-def mode_verdicts(final: pd.DataFrame, weight_decays: tuple[float, ...]) -> list[Verdict]:
-    """The verdicts that rest on each model's mode alone, in report order."""
-    return [splitting_with_and_without_decay(final, weight_decays), simple_modes(final),
-            copy_suppression_found(final)]
+def mode_findings(final: pd.DataFrame, weight_decays: tuple[float, ...], rules: SortingRules) -> list[Finding]:
+    """The findings that rest on each run's accuracy and mode alone, in report order."""
+    return [learns_to_sort(final, rules), splitting_with_and_without_decay(final, weight_decays, rules),
+            simple_modes(final, rules), copy_suppression_found(final, rules)]
 
 
-def threshold_sensitivity(tables: SortingTables) -> pd.DataFrame:
-    """Per mode-based verdict and swept threshold value: its status with every model's mode read at
-    that value (columns claim, threshold, value, status)."""
+def other_findings(tables: SortingTables, rules: SortingRules) -> list[Finding]:
+    """The gap and LLC findings, which a threshold sweep leaves as they are."""
+    return [gap_decides_mode(tables.gap_test, tables.fractions, rules),
+            llc_rises_then_falls(tables.development, rules, tables.llc_bias)]
+
+
+def threshold_sensitivity(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:
+    """Per mode-based claim and swept rule value (`rules.sweeps()`): its status when the study is judged
+    with that one rule changed; a mode threshold's value reads every model's mode from the analysis'
+    sweep (`tables.sweep`), the gap and LLC findings stay as they are. Columns claim, threshold, value,
+    status."""
+    others = other_findings(tables, rules)
+    analysed = rules.mode_sweeps()
     rows = []
-    sweep = tables.sweep if len(tables.sweep) else pd.DataFrame(columns=["run_id", "threshold", "value", "mode"])
-    for (name, value), frame in sweep.groupby(["threshold", "value"], sort=False):
-        final = tables.final.drop(columns="mode").merge(frame[["run_id", "mode"]], on="run_id")
-        rows += [{"claim": v.claim, "threshold": name, "value": value, "status": v.status}
-                 for v in mode_verdicts(final, tables.weight_decays)]
+    for name, values in rules.sweeps().items():
+        for value in values:
+            final = tables.final
+            if name in analysed:
+                at = tables.sweep[(tables.sweep.threshold == name) & (tables.sweep.value == value)] \
+                    if len(tables.sweep) else tables.sweep
+                if at.empty:
+                    continue
+                final = final.drop(columns="mode").merge(at[["run_id", "mode"]], on="run_id")
+            changed = rules.changed(**{name: value})
+            found = mode_findings(final, tables.weight_decays, changed)
+            rows += [{"claim": v.claim, "threshold": name, "value": value, "status": v.status}
+                     for v in judge([*found, *others], changed)[:len(found)]]
     return pd.DataFrame(rows, columns=["claim", "threshold", "value", "status"])
 
 
 def sensitivity_text(sensitivity: pd.DataFrame, claim: str, status: str) -> str:
-    """Over which swept values of each threshold the verdict on `claim` keeps `status`, and where it flips."""
+    """Over which swept values of each rule the verdict on `claim` keeps `status`, and where it flips."""
     parts = []
     for name, frame in sensitivity[sensitivity.claim == claim].groupby("threshold", sort=False):
         values = {s: ", ".join(f"{v:g}" for v in group.value) for s, group in frame.groupby("status", sort=False)}
@@ -68,68 +100,108 @@ def share_text(count: int, total: int) -> str:
     return f"{count}/{total} ({low:.2f}–{high:.2f})"
 
 
-def training_text(final: pd.DataFrame) -> str:
+def training_text(final: pd.DataFrame, learned: float) -> str:
     """How many runs learned, with the accuracies behind it (the Training section says the same)."""
-    learned = final[final.val_accuracy >= LEARNED]
-    return (f"{len(learned)} of {len(final)} runs reach ≥ {LEARNED:.0%} per-token validation accuracy "
+    count = int((final.val_accuracy >= learned).sum())
+    return (f"{count} of {len(final)} runs reach ≥ {learned:.0%} per-token validation accuracy "
             f"(lowest {final.val_accuracy.min():.3f}; whole lists right: median {final.val_list_accuracy.median():.3f}; "
             f"greedy decoding: median per-token {final.ar_token_accuracy.median():.3f}).")
 
 
-def learns_to_sort(final: pd.DataFrame) -> Verdict:
-    learned = final[final.val_accuracy >= LEARNED]
-    return Verdict("A one-layer attention-only transformer learns to sort",
-                   "reproduced" if len(learned) == len(final) else "partly reproduced", training_text(final))
+def binomial_finding(claim: str, test: str, count: int, total: int, null: float, effect: float,
+                     evidence: str) -> Finding:
+    """A claim tested by the exact one-sided binomial test of `count` of `total` against the rate `null`,
+    with its power to detect the rate `effect`; evidence opens with the count and its Wilson interval."""
+    return Finding(claim, test, f"{share_text(count, total)} with its Wilson 95% interval; {evidence}",
+                   binomial_tail(count, total, null), lambda level: binomial_power(total, null, effect, level))
 
 
-def splitting_with_and_without_decay(final: pd.DataFrame, weight_decays: tuple[float, ...]) -> Verdict:
-    counts = {wd: final[(final.weight_decay == wd) & (final["mode"] == "splitting")].shape[0] for wd in weight_decays}
-    both = all(counts.values()) and len(counts) > 1
-    return Verdict("Vocabulary-splitting appears with and without weight decay",
-                   "reproduced" if both else "not reproduced",
-                   "; ".join(f"{decay_label(wd)}: {n} splitting model(s)" for wd, n in counts.items()))
+def learns_to_sort(final: pd.DataFrame, rules: SortingRules) -> Finding:
+    """H0: at most `learning_null` of the runs learn; stated effect `learning_effect`."""
+    test = (f"exact one-sided binomial test of the runs reaching ≥ {rules.learned:.0%} per-token validation "
+            f"accuracy against H0: at most {rules.learning_null:g} of runs learn; stated effect: "
+            f"{rules.learning_effect:g} of runs learn")
+    if final.empty:
+        return Finding.not_testable(LEARNS_CLAIM, test, "no run was trained", "The table of runs is empty.")
+    count = int((final.val_accuracy >= rules.learned).sum())
+    return binomial_finding(LEARNS_CLAIM, test, count, len(final), rules.learning_null, rules.learning_effect,
+                            training_text(final, rules.learned))
 
 
-def simple_modes(final: pd.DataFrame) -> Verdict:
-    simple = final["mode"].isin(["splitting", "copy_suppression"])
-    return Verdict("Heads settle into vocabulary-splitting or copy-suppression rather than overlapping ranges",
-                   "reproduced" if simple.mean() > 0.5 else "not reproduced",
-                   f"{simple.mean():.0%} of models split or copy-suppress, {share_text(int(simple.sum()), len(final))} "
-                   "with its Wilson 95% interval; " + ", ".join(f"{m}: {(final['mode'] == m).sum()}" for m in MODES))
+def splitting_with_and_without_decay(final: pd.DataFrame, weight_decays: tuple[float, ...],
+                                     rules: SortingRules) -> Finding:
+    """At each weight decay, H0: splitting among its learned runs at most at the noise rate; the claim needs
+    every weight decay (intersection–union: p is the largest, power the product)."""
+    null, effect = rules.splitting_noise_rate, rules.splitting_effect
+    test = (f"at each weight decay, exact one-sided binomial test of the splitting models among its learned runs "
+            f"against H0: a splitting rate ≤ {null:g} (a stated upper bound on how often the mode rule calls a "
+            "model splitting by noise: it calls none of 300 untrained models so), the weight decays combined by "
+            f"intersection–union (p = the largest); stated effect: {effect:g} of the learned runs split at every "
+            "weight decay")
+    if not any(wd == 0 for wd in weight_decays) or not any(wd > 0 for wd in weight_decays):
+        missing = "without" if all(wd > 0 for wd in weight_decays) else "with"
+        return Finding.not_testable(SPLITTING_CLAIM, test, f"the plan trains no run {missing} weight decay",
+                                    f"Weight decays of the plan: {', '.join(f'{wd:g}' for wd in weight_decays)}.")
+    learned = final[final.val_accuracy >= rules.learned]
+    counts = {wd: (int((learned[learned.weight_decay == wd]["mode"] == "splitting").sum()),
+                   int((learned.weight_decay == wd).sum())) for wd in weight_decays}
+    evidence = "; ".join(f"{decay_label(wd)}: {share_text(k, n)} learned runs split, p = "
+                         f"{binomial_tail(k, n, null):.3g}" for wd, (k, n) in counts.items())
+    empty = [decay_label(wd) for wd, (_, n) in counts.items() if n == 0]
+    if empty:
+        return Finding.not_testable(SPLITTING_CLAIM, test, f"no run learned at {', '.join(empty)}", evidence)
+    return Finding(SPLITTING_CLAIM, test, f"{evidence} (Wilson 95% intervals).",
+                   max(binomial_tail(k, n, null) for k, n in counts.values()),
+                   lambda level: math.prod(binomial_power(n, null, effect, level) for _, n in counts.values()))
 
 
-def copy_suppression_found(final: pd.DataFrame) -> Verdict:
-    pairs = final[final["mode"] == "copy_suppression"]
-    return Verdict("Copy-suppression (one head copies, another suppresses) is one of the two main modes",
-                   "reproduced" if len(pairs) else "not reproduced",
-                   f"{len(pairs)} of {len(final)} models ({share_text(len(pairs), len(final))} with its Wilson 95% "
-                   "interval); largest suppressed fraction of any head: "
-                   f"{final.filter(like='suppress_fraction').max().max():.2f}")
+def simple_modes(final: pd.DataFrame, rules: SortingRules) -> Finding:
+    """H0: at most `simple_null` of the learned runs split or copy-suppress; stated effect `simple_effect`."""
+    test = (f"exact one-sided binomial test of the learned runs in a simple mode (splitting or copy-suppression) "
+            f"against H0: a share ≤ {rules.simple_null:g}; stated effect: {rules.simple_effect:g} of learned runs")
+    learned = final[final.val_accuracy >= rules.learned]
+    if learned.empty:
+        return Finding.not_testable(SIMPLE_CLAIM, test, "no run learned", training_text(final, rules.learned))
+    modes = ", ".join(f"{m}: {(learned['mode'] == m).sum()}" for m in MODES)
+    return binomial_finding(SIMPLE_CLAIM, test, int(learned["mode"].isin(SIMPLE_MODES).sum()), len(learned),
+                            rules.simple_null, rules.simple_effect, f"learned runs by mode: {modes}.")
 
 
-def gap_decides_mode(test: dict | None, fractions: pd.DataFrame) -> Verdict | None:
-    """The pre-specified gap test (`tables.gap_test`): reproduced when its combined p < SIGNIFICANT;
-    a null result refutes the claim only when the design had ADEQUATE_POWER for the stated effect,
-    else the claim was not testable at this scale."""
+def copy_suppression_found(final: pd.DataFrame, rules: SortingRules) -> Finding:
+    """H0: copy-suppression is a minor mode (share ≤ `copy_suppression_null` of the learned runs)."""
+    null, effect = rules.copy_suppression_null, rules.copy_suppression_effect
+    test = (f"exact one-sided binomial test of the learned runs in copy-suppression against H0: a minor mode, a "
+            f"share ≤ {null:g}; stated effect: a main mode, {effect:g} of learned runs")
+    learned = final[final.val_accuracy >= rules.learned]
+    if learned.empty:
+        return Finding.not_testable(COPY_SUPPRESSION_CLAIM, test, "no run learned", training_text(final, rules.learned))
+    suppressed = learned.filter(like="suppress_fraction").to_numpy(dtype=float)
+    largest = f"{np.nanmax(suppressed):.2f}" if np.isfinite(suppressed).any() else "not recorded"
+    return binomial_finding(COPY_SUPPRESSION_CLAIM, test, int((learned["mode"] == "copy_suppression").sum()),
+                            len(learned), null, effect, f"largest suppressed fraction of any head: {largest}.")
+
+
+def gap_decides_mode(test: dict | None, fractions: pd.DataFrame, rules: SortingRules) -> Finding:
+    """The pre-specified gap test (`tables.gap_test`), its power at any level read off the simulated
+    studies of the same design (`tables.gap_power_at`)."""
+    low, high = rules.gap_effect_low, rules.gap_effect_high
+    rule = (f"at each weight decay, Pearson's χ² of the mode × data table of the learned runs over all data values, "
+            f"p from {rules.gap_permutations} permutations of the data labels, the weight decays combined by Šidák "
+            "(p = 1 − (1 − smallest p)^k over k weight decays); stated effect: one mode's fraction moving linearly "
+            f"in δ̄ from {low:g} to {high:g} at every weight decay, the power read off {rules.gap_power_studies} "
+            f"simulated studies of this design ({rules.gap_power_permutations} permutations each)")
     if test is None:
-        return None
-    low, high = test["power_effect"]
-    rule = (f"Refuted unless p < {SIGNIFICANT:g} in one test fixed in advance: at each weight decay, Pearson's χ² "
-            "of the mode × data table of the learned runs over all data values, p from "
-            f"{test['permutations']} permutations of the data labels, the weight decays combined by Šidák "
-            f"(p = 1 − (1 − smallest p)^{len(test['per_decay'])}); a null result counts as a refutation only if "
-            f"the design detects one mode's fraction moving from {low:g} to {high:g} across the δ̄ range with "
-            f"power ≥ {ADEQUATE_POWER:.0%}. ")
+        cells = fractions.groupby(["weight_decay", "data"]).n.first() if len(fractions) else {}
+        counted = "; ".join(f"{decay_label(wd)}, {data}: {n}" for (wd, data), n in cells.items()) or "none"
+        return Finding.not_testable(GAP_CLAIM, rule, "no weight decay has learned runs at two data values",
+                                    f"Learned runs per weight decay and data value: {counted}.")
     per = "; ".join(f"{decay_label(s['weight_decay'])}: χ² = {s['chi2']:.1f} over {s['runs']} learned runs at "
                     f"{s['data_values']} data values, p = {s['p_value']:.3g}" for s in test["per_decay"])
-    found = f"{rule}{per}; combined p = {test['p_value']:.3g}. {_largest_change(fractions)}"
-    if test["p_value"] < SIGNIFICANT:
-        return Verdict(GAP_CLAIM, "reproduced", found)
-    power = test["power"]
-    status = "not reproduced" if power >= ADEQUATE_POWER else "not testable"
-    return Verdict(GAP_CLAIM, status, f"{found} Power of this design (the same learned runs per cell) to detect "
-                   f"one mode's fraction moving linearly in δ̄ from {low:g} to {high:g} at every weight decay: "
-                   f"{power:.2f} ({test['power_studies']} simulated studies).")
+    evidence = f"{per}; combined p = {test['p_value']:.3g}. {_largest_change(fractions)}"
+    if not len(test["simulated_p"]):
+        return Finding.not_testable(GAP_CLAIM, rule, "every data value has the same mean gap, so no effect of δ̄ "
+                                    "can be simulated", evidence)
+    return Finding(GAP_CLAIM, rule, evidence, test["p_value"], lambda level: gap_power_at(test, level))
 
 
 def _largest_change(fractions: pd.DataFrame) -> str:
@@ -148,43 +220,59 @@ def _largest_change(fractions: pd.DataFrame) -> str:
             f"{share_text(int(high['count']), int(high.n))} at {high.data}.")
 
 
-def llc_rises_then_falls(tables: SortingTables) -> Verdict | None:
-    """Stated before looking: refuted for a traced run unless, among its valid checkpoints (λ̂ > 0, no
-    chain diverged or went non-finite), the whole-model LLC rises to an interior peak at least LLC_FALL
-    above the first valid checkpoint and ends at least LLC_FALL below it, each change beyond 2 standard
-    errors (`headway.analysis.development.development`). Reproduced when every traced run (all seeds of
-    every traced condition) holds, partly when some do; the evidence groups the seeds by condition and
-    names the checkpoints left out and why."""
-    if not tables.development:
-        return None
-    rule = (f"Refuted unless, among valid checkpoints (λ̂ > 0, no chain diverged or went non-finite), the "
-            f"whole-model LLC rises ≥ {LLC_FALL:.0%} to an interior peak and then ends ≥ {LLC_FALL:.0%} below "
-            "it (each change also beyond 2 standard errors).")
-    conditions: dict[str, list] = {}
-    for traced in tables.development:
+def llc_rises_then_falls(development: list[Development], rules: SortingRules, bias: float) -> Finding:
+    """Each usable traced run tested for a rise and fall (`rise_fall.run_test`); the runs that pass counted
+    against the per-run level by an exact binomial test. `bias` is the estimator's relative bias (NaN: not
+    measured, taken as 0)."""
+    level = run_level(rules)
+    test = ("per traced run, one-sided z-tests that the whole-model LLC rises from its first valid checkpoint to "
+            "its highest and falls from there to its last (over each difference's standard errors and the "
+            "estimator's bias), p = the larger of the two times the number of interior valid checkpoints the peak "
+            f"was chosen from, and a run rises and falls when p ≤ {level:.3g} (z = {rules.llc_change_z:g}); across "
+            "the usable runs, an exact one-sided binomial test of that count against the same rate. H0: no run's "
+            "LLC rises and falls beyond noise and the estimator's bias (the study has no control run). Stated "
+            f"effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by {rules.llc_fall:.0%} of "
+            "its peak")
+    if not development:
+        return Finding.not_testable(LLC_CLAIM, test, "no run was traced", "No run's LLC was estimated over training.")
+    tested = {traced.run_id: run_test(traced, rules, bias) for traced in development}
+    courses = _courses(development, tested)
+    shown = ("estimator bias not measured (taken as 0)" if math.isnan(bias)
+             else f"estimator bias {bias:.0%} of each λ̂, added to its uncertainty")
+    usable = [t for t in tested.values() if not t.unusable]
+    if not usable:
+        return Finding.not_testable(LLC_CLAIM, test, "no traced run has a valid LLC curve to test",
+                                    f"{courses}. LLC {shown}.")
+    count = sum(t.counted for t in usable)
+    probabilities = [rules.llc_effect_share * t.power for t in usable]
+    evidence = (f"{share_text(count, len(usable))} usable traced runs rise and fall (Wilson 95% interval; "
+                f"{len(tested) - len(usable)} of {len(tested)} traced runs unusable). {courses}. LLC {shown}.")
+    return Finding(LLC_CLAIM, test, evidence, binomial_tail(count, len(usable), level),
+                   lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
+
+
+def _courses(development: list[Development], tested: dict[str, RunTest]) -> str:
+    """Every traced run's course and test in words, its seeds grouped by condition (data, weight decay)."""
+    conditions: dict[str, list[str]] = {}
+    for traced in development:
         row = traced.loss.iloc[-1]
-        label = f"{traced.llc.data.iloc[0]}, {'wd ' + format(row.weight_decay, 'g') if row.weight_decay else 'no wd'}"
-        conditions.setdefault(label, []).append(traced)
-    parts = []
-    for label, runs in conditions.items():
-        seeds = "; ".join(f"seed {int(t.loss.iloc[-1].seed)}: {_llc_course(t)}" for t in runs)
-        parts.append(f"{label}: {sum(t.rises_then_falls for t in runs)} of {len(runs)} seeds ({seeds})")
-    return Verdict("The LLC rises during initial learning and falls while the heads specialise",
-                   share_status([t.rises_then_falls for t in tables.development]), rule + " " + ". ".join(parts) + ".")
+        conditions.setdefault(f"{traced.llc.data.iloc[0]}, {decay_label(row.weight_decay)}", []).append(
+            f"seed {int(row.seed)}: {_llc_course(traced, tested[traced.run_id])}")
+    return ". ".join(f"{label}: {'; '.join(seeds)}" for label, seeds in conditions.items())
 
 
-def _llc_course(traced: Development) -> str:
-    """One traced run's valid LLC curve in words: start, peak, end, the verdict on it and what was left out."""
+def _llc_course(traced: Development, tested: RunTest) -> str:
+    """One traced run's valid LLC curve and its test in words: start, peak, end, p and what was left out."""
     left_out = f" [left out: {traced.exclusions()}]" if traced.excluded else ""
-    if traced.peak_step < 0:
-        return "no valid checkpoint" + left_out
+    if tested.unusable:
+        return f"unusable: {tested.unusable}{left_out}"
     if traced.peak_step == traced.start_step:
         shape = "no rise: the peak is the first valid checkpoint"
     elif traced.final == traced.peak:
         shape = "no fall: the peak is the last valid checkpoint"
-    elif traced.rises_then_falls:
-        shape = "rises, then falls"
     else:
-        shape = "no clear rise and fall"
+        shape = f"p_rise {traced.p_rise:.2g}, p_fall {traced.p_fall:.2g}, × {tested.candidates} candidate peaks"
+    verdict = "rises and falls" if tested.counted else "does not pass"
     return (f"λ̂ {traced.start:.0f} at step {traced.start_step}, peak {traced.peak:.0f} at step {traced.peak_step}, "
-            f"final {traced.final:.0f} ({traced.final / traced.peak - 1:+.0%}): {shape}{left_out}")
+            f"final {traced.final:.0f} ({traced.final / traced.peak - 1:+.0%}): {shape}, p = {tested.p:.2g}, "
+            f"{verdict}{left_out}")

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.limits import MAX_MODULUS
 from headway.settings import check_int, check_number
 from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
@@ -50,12 +51,14 @@ class ModularConfig(Task):
     doc: ClassVar[str] = "docs/modular-task.md"
     evaluates_training_pool: ClassVar[bool] = True  # train accuracy over the whole training set: grokking
     scales: ClassVar[dict[str, dict[str, Any]]] = {"paper": PAPER, "cpu": CPU}
+    ignored_training: ClassVar[tuple[str, ...]] = ("train_size", "val_size")
+    ignored_why: ClassVar[str] = "it trains on train_fraction of the p² pairs and validates on the others"
 
     modulus: int = 113
     train_fraction: float = 0.3
 
     def __post_init__(self) -> None:
-        self.normalise(modulus=check_int("modulus", self.modulus, 2),
+        self.normalise(modulus=check_int("modulus", self.modulus, 2, MAX_MODULUS),
                        train_fraction=check_number("train_fraction", self.train_fraction, 0.0, 1.0,
                                                    low_open=True, high_open=True))
         if not 1 <= self.train_examples < self.modulus**2:

@@ -4,10 +4,11 @@
   output on another example: a value the head really produces, which the mean may not be).
 - *Sufficiency*: the faithfulness (r − a) / (c − a), with c the clean accuracy, r the accuracy with
   every head outside the circuit ablated and a the accuracy with every head ablated: the share of
-  what the heads contribute that the circuit alone keeps. The circuit suffices at ≥ `SUFFICIENT`.
+  what the heads contribute that the circuit alone keeps. The circuit suffices at faithfulness ≥
+  `sufficient` (the study's rule).
 - *A minimal sufficient subset*: from the circuit, heads are dropped one at a time, least important
   first (smallest alone drop), whenever what remains still suffices.
-- *The null*: `RANDOM_SETS` random head sets of the circuit's size per model, each ablated and kept
+- *The null*: `random_sets` random head sets of the circuit's size per model, each ablated and kept
   alone like the circuit. p-values, (1 + #sets at least as extreme) / (1 + #sets), say how often a
   random set is as necessary (ablated accuracy ≤ the circuit's) or as sufficient (kept-alone
   accuracy ≥ the circuit's). A circuit of almost every head cannot beat its null: every set of
@@ -22,9 +23,6 @@ import pandas as pd
 from headway.tasks.retrieval.interventions import HeadIntervention
 from headway.tasks.retrieval.roles import head_grid
 
-SUFFICIENT = 0.8  # faithfulness a circuit must keep to count as sufficient
-RANDOM_SETS = 49  # random head sets per model: the smallest p-value is 1/50 = 0.02
-NULL_LEVEL = 0.05  # a circuit kept alone must beat random sets of its size at this level (rules.carries_answer)
 NULL_SEED = 7  # the random head sets, fixed so a study's tables are reproducible
 
 
@@ -35,10 +33,11 @@ def faithfulness(kept: np.ndarray, clean: np.ndarray, none: np.ndarray) -> np.nd
         return np.where(span > 0.01, (kept - none) / span, np.nan)
 
 
-def circuit_check(heads: pd.DataFrame, intervention: HeadIntervention, random_sets: int = RANDOM_SETS,
+def circuit_check(heads: pd.DataFrame, intervention: HeadIntervention, sufficient: float, random_sets: int,
                   seed: int = NULL_SEED) -> pd.DataFrame:
     """Per instance: necessity (circuit ablated, mean and resample), sufficiency (rest ablated,
-    faithfulness), the minimal sufficient subset, and the random-set null with its p-values."""
+    faithfulness), the minimal subset keeping faithfulness ≥ `sufficient`, and the null of `random_sets`
+    random head sets of the circuit's size with its p-values."""
     n, layers, n_heads = intervention.model.n_instances, intervention.layers, intervention.heads
     clean = intervention.accuracy(intervention.clean_prediction)
     circuits = [head_grid(heads[(heads.instance == e) & heads.in_circuit], layers, n_heads) for e in range(n)]
@@ -48,7 +47,7 @@ def circuit_check(heads: pd.DataFrame, intervention: HeadIntervention, random_se
     circuit_resample, rest_resample = np.array(intervention.ablated_accuracy([[c, ~c] for c in circuits],
                                                                                "resample")).T
     kept = faithfulness(rest_ablated, clean, all_ablated)
-    minimal = minimal_circuits(heads, intervention, circuits, kept >= SUFFICIENT, clean, all_ablated)
+    minimal = minimal_circuits(heads, intervention, circuits, kept, sufficient, clean, all_ablated)
     minimal_rest = np.array([acc[0] for acc in intervention.ablated_accuracy([[~m] for m in minimal])])
     null = random_set_null(intervention, circuits, circuit_ablated, rest_ablated, random_sets, seed)
     minimal_null = random_set_null(intervention, minimal, np.full(n, np.nan), minimal_rest, random_sets, seed + 1)
@@ -69,20 +68,21 @@ def circuit_check(heads: pd.DataFrame, intervention: HeadIntervention, random_se
 
 
 def minimal_circuits(heads: pd.DataFrame, intervention: HeadIntervention, circuits: list[np.ndarray],
-                     sufficient: np.ndarray, clean: np.ndarray, all_ablated: np.ndarray) -> list[np.ndarray]:
+                     kept: np.ndarray, sufficient: float, clean: np.ndarray, all_ablated: np.ndarray
+                     ) -> list[np.ndarray]:
     """Per instance, the circuit after greedy backward elimination: each member, least important first,
-    is dropped when the heads left still keep faithfulness ≥ SUFFICIENT. An insufficient circuit is
-    returned whole (there is no sufficient subset of it to find). Instance e tests its k-th candidate in
-    forward k, so all instances search together."""
+    is dropped when the heads left still keep faithfulness ≥ `sufficient`. A circuit whose own faithfulness
+    (`kept`) is below it is returned whole (there is no sufficient subset of it to find). Instance e tests
+    its k-th candidate in forward k, so all instances search together."""
     current = [c.copy() for c in circuits]
     order = [heads[(heads.instance == e) & heads.in_circuit].sort_values(["mean_drop", "layer", "head"])
-             [["layer", "head"]].to_numpy() if sufficient[e] else np.empty((0, 2), dtype=int)
+             [["layer", "head"]].to_numpy() if kept[e] >= sufficient else np.empty((0, 2), dtype=int)
              for e in range(len(circuits))]
     for k in range(max(len(o) for o in order)):
         trial = [[~_without(current[e], order[e][k])] if k < len(order[e]) else [] for e in range(len(order))]
         accuracy = intervention.ablated_accuracy(trial)
         for e, measured in enumerate(accuracy):
-            if len(measured) and faithfulness(measured, clean[e:e + 1], all_ablated[e:e + 1])[0] >= SUFFICIENT:
+            if len(measured) and faithfulness(measured, clean[e:e + 1], all_ablated[e:e + 1])[0] >= sufficient:
                 current[e] = _without(current[e], order[e][k])
     return current
 

@@ -39,6 +39,7 @@ import pandas as pd
 
 from headway.analysis.statistics import wilson_interval
 from headway.errors import ConfigError
+from headway.limits import MAX_CONTEXT, MAX_LAYERS, MAX_SAMPLES, MAX_SEED
 from headway.model.config import ATTENTION_KINDS
 from headway.settings import check_choice, check_int, check_number
 from headway.tasks.retrieval.task import LAYOUTS, ORDERS
@@ -69,8 +70,8 @@ def reachable_fraction(hops: int, layers: int, attention: str = "causal", order:
     """Share of the `order` link orders of one `hops`-hop chain from which the query's read-out
     position holds x_0 after `layers` layers of `attention` (module docstring for the rule)."""
     hops, layers, attention, order, layout = _check(hops, layers, attention, order, layout)
-    samples = check_int("samples", samples, 1)
-    seed = check_int("seed", seed, 0)
+    samples = check_int("samples", samples, 1, MAX_SAMPLES)
+    seed = check_int("seed", seed, 0, MAX_SEED)
     if order == "chain" or attention == "bidirectional":
         reached = _reaches(np.arange(hops)[None, :], layers, attention, layout)
         value = float(reached[0])
@@ -134,9 +135,9 @@ def reach_table(hops: Iterable[int], layers: Iterable[int], attentions: Iterable
             raise ConfigError(f"{name} is empty; give at least one value")
     for d, t, a, o, lay in itertools.product(hops, layers, attentions, orders, layouts):
         _check(d, t, a, o, lay)
-    check_int("chains", chains, 1)
-    check_int("samples", samples, 1)
-    check_int("seed", seed, 0)
+    check_int("chains", chains, 1, MAX_CONTEXT)
+    check_int("samples", samples, 1, MAX_SAMPLES)
+    check_int("seed", seed, 0, MAX_SEED)
     rows = []
     for a, o, lay, t, d in itertools.product(attentions, orders, layouts, layers, hops):
         bound = reachable_fraction(d, t, a, o, lay, samples=samples, seed=seed)
@@ -152,7 +153,7 @@ def _check(hops, layers, attention, order, layout) -> tuple[int, int, str, str, 
     hops = check_int("hops", hops, 1)
     if hops > MAX_HOPS:
         raise ConfigError(f"hops = {hops} is invalid; use an integer in 1..{MAX_HOPS} (symbols are uint64 bits)")
-    return (hops, check_int("layers", layers, 1), check_choice("attention", attention, ATTENTION_KINDS),
+    return (hops, check_int("layers", layers, 1, MAX_LAYERS), check_choice("attention", attention, ATTENTION_KINDS),
             check_choice("order", order, ORDERS), check_choice("layout", layout, LAYOUTS))
 
 
@@ -200,5 +201,8 @@ def _reaches(orders: np.ndarray, layers: int, attention: str, layout: str) -> np
     for _ in range(layers):
         shares = (sets[:, :, None] & sets[:, None, :]) != zero
         gather = (shares & visible) | always
-        sets = np.bitwise_or.reduce(np.where(gather, sets[:, None, :], zero), axis=2)
+        grown = np.bitwise_or.reduce(np.where(gather, sets[:, None, :], zero), axis=2)
+        if np.array_equal(grown, sets):  # no set changed: every further layer leaves them as they are
+            break
+        sets = grown
     return (sets[:, -1] & np.uint64(1)) != zero

@@ -52,6 +52,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.limits import MAX_CONTEXT, MAX_SYMBOLS
 from headway.settings import check_bool, check_choice, check_int, is_integer
 from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
@@ -64,6 +65,8 @@ CURRICULA = ("ic", "none", "mixture")
 SUPERVISIONS = ("query", "dense")
 
 _INT_FIELDS = ("vocab", "chains", "hops", "relations", "classes")
+_MOST = {"vocab": MAX_SYMBOLS, "chains": MAX_CONTEXT, "hops": MAX_CONTEXT, "relations": MAX_SYMBOLS,
+         "classes": MAX_SYMBOLS}
 _CHOICE_FIELDS = {"layout": LAYOUTS, "order": ORDERS, "curriculum": CURRICULA, "supervision": SUPERVISIONS}
 # Examples drawn per vectorised step: small enough that intermediates stay in cache and their
 # buffers get reused (measured about 1.4x faster than one huge step for n = 2**18).
@@ -104,7 +107,7 @@ class RetrievalConfig(Task):
     def __post_init__(self) -> None:
         """Store plain checked values and validate, so a bad value fails early with its name."""
         self.normalise(
-            **{name: check_int(name, getattr(self, name)) for name in _INT_FIELDS},
+            **{name: check_int(name, getattr(self, name), None, _MOST[name]) for name in _INT_FIELDS},
             **{name: check_choice(name, getattr(self, name), choices) for name, choices in _CHOICE_FIELDS.items()},
             conditional=check_bool("conditional", self.conditional),
         )
@@ -114,6 +117,12 @@ class RetrievalConfig(Task):
         """Raise ConfigError naming the first invalid value and what is allowed; return self."""
         check_int("chains", self.chains, 1)
         check_int("hops", self.hops, 1)
+        if not self.conditional:
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in ("relations", "classes"):
+                if getattr(self, name) != defaults[name]:
+                    raise ConfigError(f"{name} = {getattr(self, name)} applies to the conditional variant only "
+                                      "(conditional = false here); leave it out or add --conditional")
         if self.conditional and self.relations < 2:
             raise ConfigError(f"relations = {self.relations} is too small; the conditional task needs relations >= 2")
         if self.conditional and self.classes < 1:
@@ -129,6 +138,9 @@ class RetrievalConfig(Task):
             raise ConfigError(
                 f"{formula} = {self.n_symbols} symbols needed but vocab = {self.vocab}; use vocab >= {self.n_symbols}"
             )
+        if self.n_ctx > MAX_CONTEXT:
+            raise ConfigError(f"chains = {self.chains} and hops = {self.hops} make {self.n_ctx} positions per example "
+                              f"({self.layout} layout), more than {MAX_CONTEXT}; use fewer chains or hops")
         return self
 
     @property

@@ -25,7 +25,8 @@ Defaults of `ModeThresholds` and why:
   first picked by looking at trained study models (owned numbers score 4.5–6, the flanks of the other
   head's blocks 2–4, and 2 called two of four interleaved-block models overlapping); the noise rule,
   which does not look at them, gives the same value, and the study reports every mode and verdict
-  over a sweep of this threshold (`threshold_sweep`, copy 2–4.5) so that what rests on it is visible.
+  over a sweep of this threshold (`threshold_sweep`; the values are the sweep of the study's rule,
+  `headway.studies.sorting.rules.SortingRules.copy`) so that what rests on it is visible.
   The score ignores magnitude: a head whose diagonal is weak but clean in a quiet row scores nearly
   as high as the head that really writes the number.
 - ``min_fraction = 0.2``: two heads that split the range copy about half of it each; a fifth is far
@@ -53,8 +54,6 @@ from headway.errors import ConfigError
 from headway.settings import Settings, check_number
 
 MODES = ("splitting", "copy_suppression", "overlapping", "other")
-# Values each threshold is swept over to show how far a model's mode (and a verdict) rests on it.
-SWEEP = {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
 
 
 @dataclass(frozen=True)
@@ -196,10 +195,11 @@ def _largest_pair(matrix: np.ndarray, heads: np.ndarray) -> float:
     return float(sub[~np.eye(len(heads), dtype=bool)].max())
 
 
-def threshold_sweep(ov: Tensor, qk: Tensor, sweep: dict[str, tuple[float, ...]] = SWEEP,
+def threshold_sweep(ov: Tensor, qk: Tensor, sweep: dict[str, tuple[float, ...]],
                     base: ModeThresholds = ModeThresholds()) -> pd.DataFrame:
     """One row per instance × swept value (columns instance, threshold, value, mode): the mode with that
-    one threshold of `base` changed, so a report can show where a model's label, and a verdict, flips."""
+    one threshold of `base` changed (`sweep`: threshold name → values, e.g. the sorting study's
+    `SortingRules.mode_sweeps()`), so a report can show where a model's label, and a verdict, flips."""
     frames = [classify_modes(ov, qk, replace(base, **{name: value}))[["instance", "mode"]]
               .assign(threshold=name, value=float(value)) for name, values in sweep.items() for value in values]
     return pd.concat(frames, ignore_index=True)[["instance", "threshold", "value", "mode"]]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.limits import MAX_CONTEXT, MAX_SYMBOLS
 from headway.settings import check_bool, check_choice, check_int, check_number, is_integer
 from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
@@ -65,12 +66,15 @@ class SortingConfig(Task):
 
     def __post_init__(self) -> None:
         self.normalise(
-            length=check_int("length", self.length, 2),
-            values=check_int("values", self.values, 2),
+            length=check_int("length", self.length, 2, MAX_CONTEXT // 2),
+            values=check_int("values", self.values, 2, MAX_SYMBOLS),
             repeats=check_bool("repeats", self.repeats),
             gaps=check_choice("gaps", self.gaps, GAP_KINDS),
             mean_gap=check_number("mean_gap", self.mean_gap, 0.0),
         )
+        if self.gaps == "uniform" and self.mean_gap != SortingConfig.mean_gap:
+            raise ConfigError(f"mean_gap = {self.mean_gap:g} applies to gaps = 'geometric' only (gaps = 'uniform' "
+                              "here); leave it out or add --gaps geometric")
         if not self.repeats and self.length > self.values:
             raise ConfigError(f"length = {self.length} distinct numbers do not fit in values = {self.values}; "
                               f"use values >= {self.length} or repeats = true")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from headway.errors import ConfigError
+from headway.limits import MAX_PROMPT_CHAINS, MAX_PROMPT_HOPS, MAX_QUESTIONS, MAX_SEED
 from headway.settings import check_int
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, Formulation, Instance
 from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig, generate
@@ -85,14 +86,18 @@ class QuestionSet:
 
     def __post_init__(self) -> None:
         """Check every value early so a bad one is named before any work starts."""
-        check_int("max_hops", self.max_hops, 1)
-        check_int("questions", self.questions, 1)
-        check_int("options", self.options, 2)
-        check_int("chains", self.chains, self.options)
-        check_int("seed", self.seed, 0)
+        check_int("max_hops", self.max_hops, 1, MAX_PROMPT_HOPS)
+        check_int("questions", self.questions, 1, MAX_QUESTIONS)
+        check_int("options", self.options, 2, MAX_PROMPT_CHAINS)
+        check_int("chains", self.chains, self.options, MAX_PROMPT_CHAINS)
+        check_int("seed", self.seed, 0, MAX_SEED)
         unknown = [f for f in self.formulations if f not in FORMULATIONS]
         if unknown or not self.formulations:
             raise ConfigError(f"formulations {unknown or '(none)'} unknown; choose from {', '.join(FORMULATIONS)}")
+        total = len(self.formulations) * self.max_hops * self.questions
+        if total > MAX_QUESTIONS:
+            raise ConfigError(f"{len(self.formulations)} formulations × {self.max_hops} hops × {self.questions} "
+                              f"questions = {total} questions; at most {MAX_QUESTIONS} are asked in one run")
 
     @property
     def hops(self) -> range:

@@ -1,0 +1,207 @@
+"""The LLC estimate: λ̂(w*) = nβ·(E_w[L(w)] − L(w*)), where w is sampled by SGLD from the localised
+tempered posterior ∝ exp(−nβ·L(w) − γ/2·|w − w*|²) (Lau et al. 2023; devinterp 1.x semantics).
+
+L(w*) is evaluated on the whole pool (or `init_loss_batches` random batches of it) with its standard
+error, and `LLCResult.llc_se` combines that error (nβ·SE(L(w*)), shared by every chain) with the
+chains' spread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from headway.analysis.llc.diagnostics import diagnose
+from headway.analysis.llc.memory import instance_groups
+from headway.analysis.llc.prepare import checked_loss, prepared
+from headway.analysis.llc.replicate import replicate
+from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
+from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
+from headway.analysis.llc.validity import basin_fraction, invalid_reasons
+from headway.analysis.module_ensemble import ModuleLossFn
+from headway.errors import ConfigError
+from headway.execution.allocator import keep_freed_memory
+
+
+@dataclass
+class LLCResult:
+    """LLC estimates of E instances from C chains each; `warnings` start with "instance {e}: "."""
+
+    llc_mean: np.ndarray  # [E] mean over the chains with finite losses
+    llc_std: np.ndarray  # [E] std over those chains (ddof=1, like torch .std())
+    llc_per_chain: np.ndarray  # [E, C], NaN for a chain whose loss became non-finite
+    loss_trace: np.ndarray  # [E, C, draws] minibatch loss of each draw
+    init_loss: np.ndarray  # [E] L(w*)
+    warnings: list[str]
+    settings: dict
+    init_loss_se: np.ndarray  # [E] standard error of L(w*) (0 when the whole pool was evaluated)
+    llc_se: np.ndarray  # [E] standard error of llc_mean: √(llc_std²/finite chains + (nβ·init_loss_se)²)
+    acceptance: np.ndarray  # [E] mean MALA acceptance of the SGLD steps after burn-in, over finite chains
+    chance_loss: np.ndarray | None = None  # [E] loss of a uniform guess (NaN: not given); None is read as all NaN
+
+    def __post_init__(self) -> None:
+        if self.chance_loss is None:
+            self.chance_loss = np.full(len(self.init_loss), np.nan)
+
+    @property
+    def draw_loss(self) -> np.ndarray:
+        """[E] mean draw loss over the finite chains: L(w*) + λ̂/nβ."""
+        return self.init_loss + self.llc_mean / self.settings["nbeta"]
+
+    @property
+    def basin_fraction(self) -> np.ndarray:
+        """[E] how far the draws went from L(w*) towards the chance loss (`validity.basin_fraction`); NaN
+        where no chance loss was given."""
+        return basin_fraction(self.init_loss, self.draw_loss, self.chance_loss)
+
+    def instance_warnings(self, index: int) -> list[str]:
+        """The diagnostics of one instance, without their "instance e: " prefix."""
+        prefix = f"instance {index}: "
+        return [w.removeprefix(prefix) for w in self.warnings if w.startswith(prefix)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
+        draw_loss, chance_loss, basin_fraction, llc_chain{c}, n_warnings, warnings (that instance's
+        diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`)."""
+        e, c = self.llc_per_chain.shape
+        frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
+                              "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
+                              "acceptance": self.acceptance, "draw_loss": self.draw_loss,
+                              "chance_loss": self.chance_loss, "basin_fraction": self.basin_fraction})
+        for chain in range(c):
+            frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
+        own = [self.instance_warnings(i) for i in range(e)]
+        frame["n_warnings"] = [len(messages) for messages in own]
+        frame["warnings"] = ["; ".join(messages) for messages in own]
+        frame["invalid"] = invalid_reasons(frame)
+        return frame
+
+
+def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+                 settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
+                 desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
+                 precision: str = "fp32", max_rows: int | None = None,
+                 chance_loss: float | np.ndarray | None = None) -> LLCResult:
+    """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
+    `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
+
+    For a headway ensemble, `loss_fn(model, tokens, targets)` returns the per-instance mean loss
+    [n_instances] of a batch; `tokens`, `targets` [E, N, ...] are each instance's pool, from which every
+    chain draws its own shuffled minibatches. Any other `nn.Module` is one instance: `tokens`, `targets`
+    are its pool [N, ...] and `loss_fn(model, inputs, targets)` returns a batch's mean loss, a scalar
+    (devinterp's `evaluate`; `model` is callable like the module, on its chain's weights); the module's
+    own weights and buffers are never changed (the chains read a copy of its buffers, in the module's
+    train/eval mode as it is), and its parameters with requires_grad=False do not move. As in devinterp
+    1.x, step i computes the minibatch loss at the current weights, then moves (`sgld_step`); its loss is
+    draw (i − burnin)/steps_between_draws when i ≥ burnin and (i + 1 − burnin) is a multiple of
+    steps_between_draws. With `mask` [P] only the masked coordinates move (a restricted LLC;
+    `parameter_mask` builds one by name for either kind). A chain whose loss becomes non-finite is frozen and
+    left out of llc_mean and llc_std, with a warning.
+
+    L(w*) and its standard error come from `anchor_loss` (the whole pool by default), evaluated once on
+    the E-instance model and shared by its chains; `init_loss` passes them in when several masks share
+    one w*. Same settings and seed give identical numbers; only explicit generators are used.
+    `precision` (fp32, tf32, bf16 or auto; `headway.compute`) is that of every loss evaluation,
+    L(w*) included; weights, noise and losses stay float32. At most `max_rows` of the E·C rows are
+    sampled at once (default: what the device is measured to hold, `instance_groups`): the instances
+    then run in groups, all chains of each together, with the numbers of one batch. `chance_loss` (a float
+    or one per instance) is the loss of a uniform guess on this pool; given, the diagnostics and
+    `LLCResult.to_frame().invalid` say when the chains left the basin of w* for it (`validity.BASIN_FRACTION`).
+    """
+    model, loss_fn, tokens, targets, trainable = prepared(model, loss_fn, tokens, targets, settings, mask, precision)
+    if trainable is not None:
+        mask = trainable if mask is None else mask.to(trainable) * trainable
+    nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
+    device = model.flat.data.device
+    if device.type == "cpu":
+        keep_freed_memory()  # E·C rows of activations per step: fresh pages each step would cost the kernel's time
+    groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, mask, precision)
+    init_gen = seeded_generators(settings.seed, device)[0]
+    init, init_se = loss_at_anchor(model, loss_fn, tokens, targets, settings, init_gen, groups) if init_loss is None \
+        else (np.asarray(init_loss[0], dtype=float), np.asarray(init_loss[1], dtype=float))
+    trace, died, accept = sample_groups(model, loss_fn, tokens, targets, settings, nbeta, mask, groups, progress, desc)
+    e, c = model.flat.data.shape[0], settings.chains
+    trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
+    per_chain = nbeta * (trace.mean(axis=2) - init[:, None])
+    mean, std = _chain_summary(per_chain)
+    accept = accept.cpu().numpy().reshape(e, c)
+    scored = np.isfinite(per_chain) & np.isfinite(accept)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        llc_se = np.sqrt(std**2 / np.isfinite(per_chain).sum(axis=1) + (nbeta * init_se) ** 2)
+        acceptance = np.where(scored, accept, 0.0).sum(axis=1) / scored.sum(axis=1)
+    used = replace(settings, nbeta=nbeta)
+    chance = np.broadcast_to(np.asarray(np.nan if chance_loss is None else chance_loss, dtype=float), (e,)).copy()
+    basin = basin_fraction(init, init + mean / nbeta, chance)
+    messages = diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, basin, used)
+    return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance, chance)
+
+
+def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+                settings: SGLDSettings, precision: str = "fp32", max_rows: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs,
+    seed and precision): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
+    model, loss_fn, tokens, targets, _ = prepared(model, loss_fn, tokens, targets, settings, None, precision)
+    groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, None, precision)
+    generator = seeded_generators(settings.seed, model.flat.data.device)[0]
+    return loss_at_anchor(model, loss_fn, tokens, targets, settings, generator, groups)
+
+
+@torch.no_grad()
+def loss_at_anchor(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
+                   generator: torch.Generator,
+                   groups: list[tuple[int, int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E] (float64), from disjoint batches of a random
+    permutation of each instance's pool: the whole pool (`init_loss_batches` None; the last batch may be
+    shorter) or `init_loss_batches` batches of `init_size`. The SE comes from the spread of the batch
+    means and carries the finite-pool correction: it is 0 when the whole pool was evaluated. `groups`
+    ([start, stop) instance ranges) evaluates the instances a group at a time, with the same numbers."""
+    e, n = tokens.shape[:2]
+    size = min(settings.init_size, n)
+    batches = -(-n // size) if settings.init_loss_batches is None else settings.init_loss_batches
+    if settings.init_loss_batches is not None and batches * size > n:
+        raise ConfigError(f"init_loss_batches = {batches} of {size} examples is more than the pool of {n}; use at "
+                          f"most {n // size}, or None for the whole pool")
+    order = torch.rand(e, n, generator=generator).argsort(dim=1).to(tokens.device)
+    spans = [(start, min(start + size, n)) for start in range(0, batches * size, size)]
+    parts = [_batch_means(model if (first, last) == (0, e) else replicate(model, 1, (first, last)), loss_fn,
+                           tokens[first:last], targets[first:last], order[first:last], spans)
+             for first, last in groups or [(0, e)]]
+    means_np = np.concatenate(parts, axis=1)
+    counts = [stop - start for start, stop in spans]
+    weights = np.asarray(counts, dtype=float)[:, None]
+    used = weights.sum()
+    mean = (weights * means_np).sum(axis=0) / used
+    with np.errstate(invalid="ignore", divide="ignore"):
+        variance = (weights * (means_np - mean) ** 2).sum(axis=0) / (len(counts) - 1)  # per example
+        se = np.sqrt(variance / used * (1 - used / n))
+    return mean, np.where(used >= n, 0.0, se)
+
+
+def _batch_means(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, order: Tensor,
+                 spans: list[tuple[int, int]]) -> np.ndarray:
+    """Mean loss [batches, E] of every instance on the examples order[:, start:stop] of each span."""
+    e = tokens.shape[0]
+    instance = torch.arange(e, device=tokens.device)
+    means = []
+    for start, stop in spans:
+        index = order[:, start:stop]
+        means.append(checked_loss(loss_fn(model, gather(tokens, instance, index),
+                                          gather(targets, instance, index)), e).double().cpu().numpy())
+    return np.stack(means)
+
+
+def _chain_summary(per_chain: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std (ddof=1) over the finite chains of each instance; NaN where too few."""
+    finite = np.isfinite(per_chain)
+    count = finite.sum(axis=1)
+    values = np.where(finite, per_chain, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = values.sum(axis=1) / count
+        squares = np.where(finite, (per_chain - mean[:, None]) ** 2, 0.0).sum(axis=1)
+        std = np.sqrt(squares / (count - 1))
+    return mean, np.where(count > 1, std, np.nan)

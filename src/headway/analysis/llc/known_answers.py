@@ -1,0 +1,192 @@
+"""The LLC estimator checked on models whose learning coefficient is known, and its bias at given settings.
+
+Regular models: linear regressions y = x·W (no bias term), W of M × N, whose learning coefficient is half
+their d = M·N parameters. Singular models: deep linear networks y = x·W₁·W₂⋯W_L with a teacher of rank r,
+whose learning coefficient is Aoyagi's (`learning_coefficient`); their weights at w* have rank r in every
+layer (the extra hidden units all zero): the most singular point of the true set, where the global value
+(the smallest local one over the set) is taken to be reached. At finite nβ the chains also feel the less
+singular points nearby, along the flat directions of the set that only γ holds (see `SGLDSettings`).
+
+Data: inputs whitened so that xᵀx/n = I exactly, targets the teacher's plus Gaussian noise with its part
+along the inputs removed, so that the teacher is the exact least-squares minimum of the pool (w* is a true
+minimum of the sampled loss, as λ̂ assumes) and the pool loss is ½|W − W*|²_F + const in the product W.
+The loss is the Gaussian negative log-likelihood with unit noise, ½|y − ŷ|² per example up to a constant,
+so nβ·(E[L] − L(w*)) estimates λ with L as the per-example negative log-likelihood that n·β tempers.
+The chance loss (for the basin check) is that of the zero map, ½·mean |y|².
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from headway.analysis.llc.estimate import estimate_llc
+from headway.analysis.llc.settings import SGLDSettings
+from headway.errors import ConfigError
+from headway.model.flat import FlatParameters
+from headway.settings import is_integer
+
+MIN_POOL = 4096  # examples per pool at least (and 4 batches): whitening and the noise projection need n ≫ M
+
+
+def learning_coefficient(widths: tuple[int, ...], rank: int) -> float:
+    """Aoyagi's learning coefficient of a deep linear network of layer widths H₁ (input), …, H_{L+1} (output)
+    whose true map has rank r (Aoyagi 2024, Theorem 1, as restated by Lau et al. 2023): with Δ_s = H_s − r,
+    take the ℓ + 1 smallest Δ (a set Σ with max_Σ Δ < min_{not Σ} Δ, Σ_Σ Δ ≥ ℓ·max_Σ Δ and Σ_Σ Δ < ℓ·min_{not Σ} Δ,
+    ℓ ≥ 1); then with S = Σ_Σ Δ and a = S − (⌈S/ℓ⌉ − 1)·ℓ,
+    λ = (−r² + r(H₁ + H_{L+1}))/2 + a(ℓ − a)/(4ℓ) − ℓ(ℓ − 1)/4·(S/ℓ)² + ½·Σ_{i<j in Σ} Δ_i·Δ_j.
+    One layer (a regression) gives H₁·H₂/2; two layers give Aoyagi & Watanabe's reduced-rank regression values."""
+    if len(widths) < 2 or any(not is_integer(h) or h < 1 for h in widths):
+        raise ConfigError(f"widths = {widths!r} is invalid; give at least two positive integer widths "
+                          "(input, …, output)")
+    if not is_integer(rank) or not 0 <= rank <= min(widths):
+        raise ConfigError(f"rank = {rank!r} is invalid; use an integer in [0, {min(widths)}] (the narrowest layer)")
+    deltas = sorted(h - rank for h in widths)
+    for size in range(2, len(deltas) + 1):
+        ell, inside, outside = size - 1, deltas[:size], deltas[size:]
+        total, largest = sum(inside), inside[-1]
+        if outside and not (largest < outside[0] and total < ell * outside[0]):
+            continue
+        if total < ell * largest:
+            continue
+        a = total - (math.ceil(total / ell) - 1) * ell
+        pairs = sum(inside[i] * inside[j] for i in range(size) for j in range(i + 1, size))
+        return ((-rank * rank + rank * (widths[0] + widths[-1])) / 2 + a * (ell - a) / (4 * ell)
+                - ell * (ell - 1) / 4 * (total / ell) ** 2 + pairs / 2)
+    raise AssertionError(f"no bottleneck set for widths {widths} and rank {rank}; Aoyagi's theorem says one exists")
+
+
+@dataclass(frozen=True)
+class KnownModel:
+    """A deep linear network (one layer: a linear regression) and the rank of its teacher."""
+
+    widths: tuple[int, ...]  # input, hidden …, output
+    rank: int
+
+    @property
+    def name(self) -> str:
+        kind = "linear" if len(self.widths) == 2 else "deep linear"
+        return f"{kind} {'×'.join(map(str, self.widths))} rank {self.rank}"
+
+    @property
+    def regular(self) -> bool:
+        """A linear regression: identifiable, λ = d/2."""
+        return len(self.widths) == 2
+
+    @property
+    def parameters(self) -> int:
+        return sum(a * b for a, b in zip(self.widths, self.widths[1:]))
+
+    @property
+    def truth(self) -> float:
+        return learning_coefficient(self.widths, self.rank)
+
+
+# Regular: λ = d/2 at three sizes (d = 4, 30, 100). Singular: two layers with extra hidden units (Aoyagi &
+# Watanabe's third case, full and reduced rank), two layers in the first case, three layers with extra units.
+SUITE = (KnownModel((4, 1), 1), KnownModel((10, 3), 3), KnownModel((20, 5), 5),
+         KnownModel((10, 5, 3), 3), KnownModel((10, 5, 3), 1), KnownModel((4, 4, 4), 1),
+         KnownModel((6, 4, 4, 3), 2), KnownModel((5, 4, 3, 4), 1))
+
+
+class DeepLinear(nn.Module):
+    """E deep linear networks in one flat buffer (a headway-style ensemble): x [E, B, H₁] → x·W₁⋯W_L."""
+
+    def __init__(self, layers: list[Tensor]) -> None:
+        super().__init__()
+        self.layers = nn.ParameterList([nn.Parameter(w.clone()) for w in layers])
+        self.n_instances = layers[0].shape[0]
+        self.flat = FlatParameters(self, self.n_instances)
+
+    def forward(self, x: Tensor) -> Tensor:
+        for w in self.layers:
+            x = torch.bmm(x, w)
+        return x
+
+
+def gaussian_nll(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """Per-instance mean over the batch of ½|y − ŷ|²: the unit-noise Gaussian negative log-likelihood up to a
+    constant."""
+    return 0.5 * (model(x) - y).pow(2).sum(dim=-1).mean(dim=1)
+
+
+def known_pool(model: KnownModel, size: int, seed: int,
+               device: torch.device | str = "cpu") -> tuple[DeepLinear, Tensor, Tensor]:
+    """The network at w* and its pool x [1, size, H₁], y [1, size, H_{L+1}] (see the module docstring). The
+    teacher's singular values are spread evenly over [1, 2], split equally over the layers (balanced
+    weights); its singular vectors, the inputs and the noise come from `seed`."""
+    g = torch.Generator().manual_seed(seed)
+    widths, rank, depth = model.widths, model.rank, len(model.widths) - 1
+    if size < 2 * widths[0]:
+        raise ConfigError(f"size = {size} is too small; the pool needs at least {2 * widths[0]} examples")
+    basis, _ = torch.linalg.qr(torch.randn(size, widths[0], generator=g, dtype=torch.float64))
+    x = basis * math.sqrt(size)
+    left, _ = torch.linalg.qr(torch.randn(widths[0], rank, generator=g, dtype=torch.float64))
+    right, _ = torch.linalg.qr(torch.randn(widths[-1], rank, generator=g, dtype=torch.float64))
+    singular = torch.linspace(1.0, 2.0, rank, dtype=torch.float64)  # [1.0] for rank 1
+    root = torch.diag(singular ** (1.0 / depth))
+    layers = []
+    for i in range(depth):
+        into = left if i == 0 else torch.eye(widths[i], rank, dtype=torch.float64)
+        out = right if i == depth - 1 else torch.eye(widths[i + 1], rank, dtype=torch.float64)
+        layers.append((into @ root @ out.T).float().unsqueeze(0).to(device))
+    noise = torch.randn(size, widths[-1], generator=g, dtype=torch.float64)
+    noise -= basis @ (basis.T @ noise)
+    y = x @ (left @ torch.diag(singular) @ right.T) + noise
+    return DeepLinear(layers), x.float().unsqueeze(0).to(device), y.float().unsqueeze(0).to(device)
+
+
+@dataclass
+class SuiteBias:
+    """The estimator on the known-answer suite at one setting: one row per model."""
+
+    table: pd.DataFrame  # model, regular, parameters, truth, estimate, se, relative_error, acceptance,
+    #                      basin_fraction, warnings, invalid
+    settings: dict  # the SGLD settings used (nβ resolved)
+
+    @property
+    def max_abs_relative_error(self) -> float:
+        """The worst |λ̂/λ − 1| over the suite: the bias to allow for beside an estimate at these settings."""
+        return float(self.table.relative_error.abs().max())
+
+    @property
+    def mean_relative_error(self) -> float:
+        """The mean of λ̂/λ − 1 over the suite (signed: a shared lean of the estimator)."""
+        return float(self.table.relative_error.mean())
+
+    @property
+    def max_relative_se(self) -> float:
+        """The largest standard error over truth: where it rivals the errors, the suite did not resolve the bias."""
+        return float((self.table.se / self.table.truth).max())
+
+    def summary(self) -> str:
+        """One line for a report, e.g. "known-answer suite (8 models): λ̂/λ − 1 from −9% to +6% (mean −1%,
+        worst 9%; relative SE up to 4%)"."""
+        errors = self.table.relative_error
+        return (f"known-answer suite ({len(errors)} models): λ̂/λ − 1 from {errors.min():+.0%} to {errors.max():+.0%} "
+                f"(mean {errors.mean():+.0%}, worst {self.max_abs_relative_error:.0%}; relative SE up to "
+                f"{self.max_relative_se:.0%})")
+
+
+def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed: int = 0) -> SuiteBias:
+    """λ̂ of every `SUITE` model at `settings` (L(w*) on the whole pool) against its known λ: the estimator's
+    bias at a study's own SGLD settings. `seed` draws the pools; the sampler's seed is `settings.seed`. The
+    suite's models have unit curvature in their regular directions, so the bias measured here is the one an
+    estimate at these settings carries on models of that scale, not a property of the settings alone."""
+    settings = replace(settings, init_loss_batches=None)
+    rows, used = [], {}
+    for i, known in enumerate(SUITE):
+        size = max(MIN_POOL, 4 * settings.batch_size)
+        model, x, y = known_pool(known, size, seed + i, device)
+        chance = 0.5 * y.double().pow(2).sum(dim=-1).mean().item()
+        result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance)
+        frame, used = result.to_frame().iloc[0], result.settings
+        rows.append({"model": known.name, "regular": known.regular, "parameters": known.parameters,
+                     "truth": known.truth, "estimate": frame.llc_mean, "se": frame.llc_se,
+                     "relative_error": frame.llc_mean / known.truth - 1, "acceptance": frame.acceptance,
+                     "basin_fraction": frame.basin_fraction, "warnings": frame.warnings, "invalid": frame.invalid})
+    return SuiteBias(pd.DataFrame(rows), used)

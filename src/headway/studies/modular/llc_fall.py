@@ -1,0 +1,62 @@
+"""The numbers behind the LLC claim: each traced run's rise and fall as shares of its peak, with their
+standard errors (the chains' noise plus the estimator's relative bias), and whether its estimates can carry
+a fall (`unreadable`)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from headway.analysis.development import Development
+
+LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",
+               "start", "peak_step", "peak", "final_step", "final", "rise", "rise_se", "fall", "fall_se",
+               "peak_candidates", "p_rise", "p_fall", "rises_then_falls", "invalid", "excluded"]
+
+
+def unreadable(traced: Development) -> str:
+    """Why `traced` cannot carry a fall ("" when it can): no valid checkpoint, or an invalid one after the
+    peak (the fall would be read past estimates that are no LLC, e.g. chains that left the basin)."""
+    if traced.peak_step < 0:
+        return "no valid checkpoint"
+    after = sorted(step for step in traced.excluded if step > traced.peak_step)
+    if not after:
+        return ""
+    reasons = sorted({traced.excluded[step] for step in after})
+    return (f"{len(after)} checkpoint(s) after its peak at step {traced.peak_step} are invalid (steps "
+            f"{', '.join(map(str, after))}: {'; '.join(reasons)})")
+
+
+def llc_table(developments: list[Development], runs: pd.DataFrame, bias: float) -> pd.DataFrame:
+    """One row per traced run (LLC_COLUMNS): its grid coordinates and grokking, its first valid, peak and last
+    valid λ̂, the rise (peak − start) / peak and the fall (peak − final) / peak with standard errors over the
+    peak (each value's SE and `bias` × value, in quadrature, as `development` weighs them), development's
+    p-values, how many valid checkpoints after the first the peak was chosen from (the rise's p is
+    selected over them), and why its fall is unreadable ("" when it is not)."""
+    meta = runs.set_index("run_id")
+    rows = []
+    for traced in developments:
+        whole = traced.llc[traced.llc.weights == "all"].set_index("step")
+        valid = [int(step) for step in whole.index if int(step) not in traced.excluded]
+        final_step = max(valid) if valid else -1
+
+        def noise(step: int) -> float:
+            value, se = float(whole.loc[step, "llc_mean"]), float(whole.loc[step, "llc_se"])
+            return math.hypot(se, bias * value)
+
+        row = meta.loc[traced.run_id]
+        readable = traced.peak_step >= 0
+        peak_noise = noise(traced.peak_step) if readable else math.nan
+        rows.append({
+            "run_id": traced.run_id, "train_fraction": row.train_fraction, "weight_decay": row.weight_decay,
+            "seed": int(row.seed), "grokked": bool(row.grokked), "generalised_step": row.generalised_step,
+            "start_step": traced.start_step, "start": traced.start, "peak_step": traced.peak_step, "peak": traced.peak,
+            "final_step": final_step, "final": traced.final,
+            "rise": (traced.peak - traced.start) / traced.peak if readable else math.nan,
+            "rise_se": math.hypot(peak_noise, noise(traced.start_step)) / traced.peak if readable else math.nan,
+            "fall": (traced.peak - traced.final) / traced.peak if readable else math.nan,
+            "fall_se": math.hypot(peak_noise, noise(final_step)) / traced.peak if readable else math.nan,
+            "peak_candidates": max(0, len(valid) - 1), "p_rise": traced.p_rise, "p_fall": traced.p_fall, "rises_then_falls": traced.rises_then_falls,
+            "invalid": unreadable(traced), "excluded": traced.exclusions()})
+    return pd.DataFrame(rows, columns=LLC_COLUMNS).astype({"grokked": bool, "rises_then_falls": bool})

@@ -1,0 +1,67 @@
+"""The per-run test behind the sorting study's LLC claim: does one traced run's whole-model LLC rise to a
+peak and fall from it beyond noise and the estimator's bias?
+
+A run's p-value is the intersection–union of the one-sided rise and fall tests of
+`headway.analysis.development.development` (p = the larger), times the number of interior valid
+checkpoints the peak was chosen from: the peak is the highest of them, and without that Bonferroni factor a
+flat noisy curve would pass far more often than the per-run level (tests/test_verdicts_sorting.py measures
+both). The power assumes the claim's stated effect, a rise and a fall each `llc_fall` of the run's peak,
+with each difference's uncertainty √2 times the run's typical checkpoint uncertainty.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from headway.analysis.development import Development
+from headway.analysis.statistics import normal_power, normal_tail
+from headway.studies.sorting.rules import SortingRules
+
+
+@dataclass(frozen=True)
+class RunTest:
+    """One traced run's rise-and-fall test: `unusable` says why the run cannot be tested ("" when it can),
+    `candidates` is how many interior valid checkpoints the peak was chosen from, `p` the run's p-value,
+    `counted` whether it passes the per-run level, and `power` its chance to pass under the stated effect."""
+
+    run_id: str
+    unusable: str
+    candidates: int = 0
+    p: float = math.nan
+    counted: bool = False
+    power: float = math.nan
+
+
+def applied_bias(bias: float) -> float:
+    """The estimator's relative bias as the LLC test applies it: the measured value, 0 when not measured (NaN)."""
+    return 0.0 if math.isnan(bias) else bias
+
+
+def run_level(rules: SortingRules) -> float:
+    """The per-run level: the one-sided normal tail of `llc_change_z` (the rate at which a run with no rise
+    and fall is counted, at most)."""
+    return normal_tail(rules.llc_change_z)
+
+
+def run_test(traced: Development, rules: SortingRules, bias: float) -> RunTest:
+    """The test of one traced run (module docstring). Unusable when it has fewer than three valid
+    checkpoints (no interior peak is possible) or its last traced checkpoint is invalid (the fall would be
+    read before an estimate the sampler lost). `bias`: the estimator's relative bias (NaN: not measured)."""
+    whole = traced.llc[traced.llc.weights == "all"].sort_values("step")
+    steps = whole.step.to_numpy()
+    valid = ~np.isin(steps, list(traced.excluded))
+    if valid.sum() < 3:
+        return RunTest(traced.run_id, f"{int(valid.sum())} valid checkpoint(s) of {len(steps)}, fewer than three")
+    if not valid[-1]:
+        return RunTest(traced.run_id, f"its last checkpoint (step {int(steps[-1])}) is invalid: "
+                                      f"{traced.excluded[int(steps[-1])]}")
+    candidates = int(valid.sum()) - 2
+    p = min(1.0, candidates * max(traced.p_rise, traced.p_fall))
+    level = run_level(rules)
+    typical = math.hypot(float(np.median(whole.llc_se.to_numpy(dtype=float)[valid])), applied_bias(bias) * traced.peak)
+    shift = rules.llc_fall * traced.peak / (math.sqrt(2) * typical) if typical > 0 else math.inf
+    power = normal_power(shift, 1.0, level / candidates) ** 2 if math.isfinite(shift) else 1.0
+    return RunTest(traced.run_id, "", candidates, p, p <= level, power)

@@ -1,0 +1,93 @@
+"""The sorting study's rules (`SortingRules`): every threshold, level, null rate and stated effect its
+analysis and verdicts use, each with its reason and sweep (docs/study-sorting.md, "Claims and verdicts").
+
+The mode rule's thresholds are read while analysing each model (stage "analysis", part of the cache
+stamp); their defaults are `headway.tasks.sorting.modes.ModeThresholds`'s, whose docstring gives the
+longer reasons, so the task's classifier and the study share one value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from headway.studies.rules import Rules, rule
+from headway.tasks.sorting.modes import ModeThresholds
+
+_DEFAULT = ModeThresholds()
+
+
+@dataclass(frozen=True)
+class SortingRules(Rules):
+    """The rules of `headway study sorting`, fixed before the data."""
+
+    # --- the mode rule (headway.tasks.sorting.modes), applied to each model's final circuits
+    copy: float = rule(_DEFAULT.copy, "diagonal score above which a head copies a number (below its negative: "
+                       "suppresses it); set by the noise of untrained heads", sweep=(2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
+                       stage="analysis", low=0.0)
+    min_fraction: float = rule(_DEFAULT.min_fraction, "share of the numbers a head must copy (suppress) to be a "
+                               "copier (suppressor)", stage="analysis", low=0.0, high=1.0)
+    qk_similar: float = rule(_DEFAULT.qk_similar, "correlation of row-centred QK circuits above which a suppressor "
+                             "and a copier attend alike (copy-suppression)", stage="analysis", low=-1.0, high=1.0)
+    suppressed_copied: float = rule(_DEFAULT.suppressed_copied, "share of the suppressor's numbers its copier must "
+                                    "copy (copy-suppression)", stage="analysis", low=0.0, high=1.0)
+    max_overlap: float = rule(_DEFAULT.max_overlap, "largest Jaccard overlap of two copiers' sets that still counts "
+                              "as splitting", sweep=(0.2, 0.3, 0.4, 0.5), stage="analysis", low=0.0, high=1.0)
+    min_coverage: float = rule(_DEFAULT.min_coverage, "share of the numbers splitting copiers must cover together",
+                               stage="analysis", low=0.0, high=1.0)
+
+    # --- which runs count
+    learned: float = rule(0.95, "per-token validation accuracy a run needs to count as having learned to sort; only "
+                          "learned runs have a mode that counts", sweep=(0.9, 0.95, 0.99), low=0.0, high=1.0)
+
+    # --- 'learns to sort'
+    learning_null: float = rule(0.5, "share of runs that learn under the null of 'learns to sort': at most half",
+                                low=0.0, high=1.0)
+    learning_effect: float = rule(0.9, "stated effect of 'learns to sort': nine runs in ten learn", low=0.0, high=1.0)
+
+    # --- 'vocabulary-splitting appears with and without weight decay'
+    splitting_noise_rate: float = rule(0.05, "null rate of splitting models at each weight decay: a stated upper "
+                                       "bound on how often the mode rule calls a model splitting by noise (0 of 300 "
+                                       "untrained models at every swept copy threshold)", low=0.0, high=1.0)
+    splitting_effect: float = rule(0.5, "stated effect of the splitting claim: half the learned runs split at every "
+                                   "weight decay", low=0.0, high=1.0)
+
+    # --- 'heads settle into splitting or copy-suppression rather than overlapping ranges'
+    simple_null: float = rule(0.5, "null share of learned runs in a simple mode (splitting or copy-suppression): "
+                              "at most half", low=0.0, high=1.0)
+    simple_effect: float = rule(0.8, "stated effect of the simple-modes claim: four learned runs in five settle into "
+                                "a simple mode", low=0.0, high=1.0)
+
+    # --- 'copy-suppression is one of the two main modes'
+    copy_suppression_null: float = rule(0.1, "null share of learned runs in copy-suppression: a minor mode, one model "
+                                        "in ten at most", low=0.0, high=1.0)
+    copy_suppression_effect: float = rule(0.4, "stated effect of the copy-suppression claim: a main mode, four "
+                                          "learned runs in ten", low=0.0, high=1.0)
+
+    # --- 'the gap distribution decides the mode' (the permutation test of mode x data, tables.gap_test)
+    gap_permutations: int = rule(9999, "permutations of the data labels per weight decay in the gap test", low=1)
+    gap_effect_low: float = rule(0.2, "stated effect of the gap claim: one mode's fraction at the smallest mean gap",
+                                 low=0.0, high=1.0)
+    gap_effect_high: float = rule(0.8, "... and at the largest, moving linearly in the mean gap between them",
+                                  low=0.0, high=1.0)
+    gap_power_studies: int = rule(400, "simulated studies behind the gap test's power (binomial s.e. <= 0.025)", low=1)
+    gap_power_permutations: int = rule(999, "permutations per weight decay in each simulated study", low=1)
+
+    # --- 'the LLC rises during initial learning and falls while the heads specialise'
+    llc_change_z: float = rule(2.0, "z multiple of its uncertainty a traced run's rise to its LLC peak and its fall "
+                               "from it must each exceed, after the peak's selection (one-sided level 0.023 per "
+                               "run)", low=0.0)
+    llc_fall: float = rule(0.1, "stated effect of the LLC claim: a rise to the peak and a fall from it, each this "
+                           "fraction of the peak", low=0.0, high=1.0)
+    llc_effect_share: float = rule(0.8, "stated effect of the LLC claim: the share of traced runs whose LLC rises "
+                                   "and falls by llc_fall", low=0.0, high=1.0)
+
+    def mode_thresholds(self) -> ModeThresholds:
+        """The mode rule's thresholds as the task's classifier takes them."""
+        return ModeThresholds(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModeThresholds)})
+
+    def mode_sweeps(self) -> dict[str, tuple]:
+        """The swept rules the analysis reads (the mode thresholds) → their values: what `threshold_sweep`
+        recomputes each model's mode at."""
+        analysis = self.stamp("analysis")
+        return {name: values for name, values in self.sweeps().items() if name in analysis}
