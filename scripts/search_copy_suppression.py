@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from headway.studies.sorting.search import CONDITIONS, DEFAULT_CONDITIONS, classify_runs, search_runs, write_report
+from headway.studies.sorting.search import (CONDITIONS, DEFAULT_CONDITIONS, classify_runs, rejudge, search_runs,
+                                            write_report)
 
 
 def seed_list(text: str) -> tuple[int, ...]:
@@ -40,7 +41,14 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--train-only", action="store_true", help="train, write no tables")
     parser.add_argument("--classify-step", type=int, default=None,
                         help="classify the checkpoints at this step and train nothing (a search stopped early)")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="write the tables and report again from OUT/models.csv (no checkpoints needed)")
     args = parser.parse_args(argv)
+    command = "python scripts/search_copy_suppression.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    if args.rejudge:
+        report = rejudge(args.out, command)
+        print(report.read_text())
+        return report
     names = [n.strip() for n in args.conditions.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONDITIONS]
     if unknown:
@@ -56,7 +64,6 @@ def main(argv: list[str] | None = None) -> Path:
     if args.train_only:
         return args.out
     table = classify_runs(args.out / "runs", named, args.examples, args.device, args.classify_step)
-    command = "python scripts/search_copy_suppression.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     report = write_report(args.out, table, command, time.perf_counter() - started)
     print(report.read_text())
     return report

@@ -15,6 +15,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import socket
 from collections.abc import Iterator
@@ -111,10 +112,23 @@ def _json_digest(data: dict[str, Any]) -> str:
 
 def write_json(path: Path, data: dict[str, Any], checked: bool = True) -> None:
     """Write a JSON object through a temporary file and an atomic rename, so a kill never leaves half a
-    file; `checked` adds a checksum of its contents (`DIGEST_KEY`) that `read_json` verifies."""
+    file; `checked` adds a checksum of its contents (`DIGEST_KEY`) that `read_json` verifies. An output for
+    other tools (`checked=False`, e.g. a study's summary.json) is standard JSON: NaN and infinities become null."""
+    text = (json.dumps({**data, DIGEST_KEY: _json_digest(data)}, indent=2, sort_keys=True) if checked
+            else json.dumps(_standard(data), indent=2, sort_keys=True, allow_nan=False))
     with atomic(path) as tmp:
-        tmp.write_text(json.dumps({**data, DIGEST_KEY: _json_digest(data)} if checked else data, indent=2,
-                                  sort_keys=True))
+        tmp.write_text(text)
+
+
+def _standard(value: Any) -> Any:
+    """`value` with every non-finite float (NaN, ±inf), at any depth of dicts and lists, replaced by None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _standard(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_standard(item) for item in value]
+    return value
 
 
 def read_json(path: Path | str) -> dict[str, Any]:

@@ -8,14 +8,13 @@ interrupted ensemble resumes), and each final model is classified by the study's
 (`headway.tasks.sorting.modes.classify_modes` on the folded circuits, default thresholds), on the
 lists the study analyses (`ANALYSIS_SEED`). No LLC, ablation or DLA: only the mode is searched for.
 
-The test, fixed before any search model was trained: per condition, an exact one-sided binomial test
-of k copy-suppression models among the n learned runs (per-token validation accuracy ≥ the study's
-`SortingRules.learned`) against a copy-suppression rate of `NULL_RATE` (CS at most rare), at level
-α = `SortingRules.alpha` Šidák-corrected over the conditions searched (each condition at
-1 − (1 − α)^(1/m)); the combined p is Šidák's over the per-condition p-values. A condition's power
-is that of its test when the true copy-suppression rate is `EFFECT_RATE` (half the models: "one of
-the two main modes"). A condition whose test is not significant is "absent" only with power
-≥ `SortingRules.power`, else "not testable".
+The test, fixed before any search model was trained (`SearchRules`): per condition, the claim "copy-suppression
+is a main mode here" is an exact one-sided binomial test of k copy-suppression models among the n learned runs
+(per-token validation accuracy ≥ the study's `SortingRules.learned`) against a copy-suppression rate of
+`null_rate` (at most rare), with the power to detect a rate of `effect_rate` (half the models: "one of the two main
+modes"). The conditions are judged together like every study's claims (`headway.studies.verdict.judge`: Holm over
+the testable conditions at family-wise α; a condition without copy-suppression is "not reproduced" only with the
+power required, else "not testable").
 """
 
 from __future__ import annotations
@@ -28,18 +27,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from headway.analysis.statistics import binomial_power, binomial_tail, critical_count, detectable_accuracy, sidak
+from headway.analysis.statistics import binomial_power, binomial_tail, critical_count, detectable_accuracy
 from headway.errors import ConfigError
 from headway.runs.config import RunConfig
+from headway.studies.rules import Rules, rule
 from headway.studies.sorting.plan import study_plan
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import mode_fractions
+from headway.studies.verdict import Finding, judge
 
-RULES = SortingRules()  # the study's rules: what counts as learned, the level and the power required
-
-NULL_RATE = 0.05  # copy-suppression rate of the null hypothesis: CS at most rare in the condition
-EFFECT_RATE = 0.5  # rate the power is computed at: CS in half the models, one of two main modes
+RULES = SortingRules()  # the study's rules: what counts as learned
 SUPPRESSOR = "copy_suppression"
+
+
+@dataclass(frozen=True)
+class SearchRules(Rules):
+    """The search's test, fixed before any search model was trained (module docstring)."""
+
+    null_rate: float = rule(0.05, "copy-suppression rate under the null: at most rare in a condition", low=0.0, high=1.0)
+    effect_rate: float = rule(0.5, "rate the power is computed at: copy-suppression in half the models, one of the "
+                                   "two main modes", low=0.0, high=1.0)
 
 # The conditions searched, fixed before training (docs/study-sorting.md gives the reasons). Each is a set
 # of flat run settings over the cpu recipe; the recipe's weight decay is 0.005 and its model has 2 heads.
@@ -161,45 +168,33 @@ def fractions(table: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("condition", key=lambda c: c.map(order), kind="stable", ignore_index=True)
 
 
-@dataclass(frozen=True)
-class ConditionTest:
-    condition: str
-    learned: int
-    runs: int
-    copy_suppression: int
-    p_value: float
-    alpha: float
-    critical: int
-    power: float
-    detectable_rate: float
-    status: str
-
-
-def condition_tests(table: pd.DataFrame, null_rate: float = NULL_RATE, effect: float = EFFECT_RATE,
-                    alpha: float = RULES.alpha) -> tuple[pd.DataFrame, float]:
-    """The pre-specified per-condition test (module docstring) and the combined Šidák p-value."""
+def condition_tests(table: pd.DataFrame, rules: SearchRules = SearchRules()) -> pd.DataFrame:
+    """The pre-specified test of every condition, judged together (module docstring): one row per condition
+    with its counts, p-value, power and critical count at the strictest Holm level α/m, the smallest rate it
+    detects with the power required, and its status."""
     names = list(dict.fromkeys(table.condition))
-    level = 1.0 - (1.0 - alpha) ** (1.0 / len(names))
-    rows = []
+    counts, findings = [], []
     for name in names:
         group = table[table.condition == name]
         learned = group[group.val_accuracy >= RULES.learned]
         n, k = len(learned), int((learned["mode"] == SUPPRESSOR).sum())
-        p = binomial_tail(k, n, null_rate) if n else 1.0
-        power = binomial_power(n, null_rate, effect, level) if n else 0.0
-        if n and p <= level:
-            status = "found"
-        elif power < RULES.power:
-            status = "not testable"
-        elif k == 0:
-            status = "absent"
-        else:
-            status = "rare (not above the null rate)"
-        rows.append(ConditionTest(name, n, len(group), k, p, level, critical_count(n, null_rate, level) if n else 1,
-                                  power, detectable_accuracy(n, null_rate, level, RULES.power) if n else math.nan,
-                                  status).__dict__)
-    tests = pd.DataFrame(rows)
-    return tests, sidak(tests.p_value.tolist())
+        claim = f"Copy-suppression is one of the main modes under condition {name}"
+        test = (f"exact one-sided binomial test of the copy-suppression models among the learned runs against a "
+                f"rate ≤ {rules.null_rate:g}; stated effect: a rate of {rules.effect_rate:g}")
+        evidence = f"{k} of {n} learned runs ({len(group)} trained)."
+        findings.append(Finding(claim, test, evidence, binomial_tail(k, n, rules.null_rate),
+                                lambda level, n=n: binomial_power(n, rules.null_rate, rules.effect_rate, level))
+                        if n else Finding.not_testable(claim, test, "no run of the condition learned", evidence))
+        counts.append((name, n, len(group), k))
+    verdicts = judge(findings, rules)
+    level = rules.alpha / max(1, sum(v.p_value is not None for v in verdicts))
+    return pd.DataFrame([{"condition": name, "learned": n, "runs": runs, "copy_suppression": k,
+                          "p_value": verdict.p_value if verdict.p_value is not None else math.nan,
+                          "power": verdict.power if verdict.power is not None else 0.0,
+                          "critical": critical_count(n, rules.null_rate, level) if n else 1,
+                          "detectable_rate": detectable_accuracy(n, rules.null_rate, level, rules.power) if n else math.nan,
+                          "status": verdict.status}
+                         for (name, n, runs, k), verdict in zip(counts, verdicts)])
 
 
 def condition_summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -218,25 +213,35 @@ def condition_summary(table: pd.DataFrame) -> pd.DataFrame:
     }).reset_index()
 
 
-def write_report(out: Path, table: pd.DataFrame, command: str, seconds: float) -> Path:
-    """models.csv, mode_fractions.csv, tests.csv and report.md under `out`; returns the report's path."""
+def write_report(out: Path, table: pd.DataFrame, command: str, seconds: float | None) -> Path:
+    """models.csv, mode_fractions.csv, tests.csv and report.md under `out`; returns the report's path. `seconds`:
+    the wall time of the call that trained or classified (None when re-judged from models.csv)."""
     out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "models.csv", index=False)
     shares = fractions(table)
     shares.to_csv(out / "mode_fractions.csv", index=False)
-    tests, combined = condition_tests(table)
+    tests = condition_tests(table)
     tests.to_csv(out / "tests.csv", index=False)
     summary = condition_summary(table)
     summary.to_csv(out / "conditions.csv", index=False)
-    (out / "report.md").write_text(report_text(table, shares, tests, combined, summary, command, seconds))
+    (out / "report.md").write_text(report_text(table, shares, tests, summary, command, seconds))
     return out / "report.md"
 
 
-def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, combined: float,
-                summary: pd.DataFrame, command: str, seconds: float) -> str:
+def rejudge(out: Path, command: str) -> Path:
+    """The tables and report of a classified search again from its models.csv alone (no checkpoints needed): what
+    a committed search folder is re-judged with when the test's rules change."""
+    path = out / "models.csv"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist: classify the search first (scripts/search_copy_suppression.py)")
+    return write_report(out, pd.read_csv(path), command, None)
+
+
+def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame, command: str,
+                seconds: float | None, rules: SearchRules = SearchRules()) -> str:
     """The markdown report: settings, mode fractions with Wilson intervals, the test and the verdict."""
     steps = ", ".join(f"{r.condition} {int(r.step)}" for r in summary.itertuples())
-    lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", f"Wall time of this call: {seconds:.0f} s  ",
+    lines = ["# Copy-suppression search", "", f"Command: `{command}`  ", ("re-judged from models.csv  " if seconds is None else f"Wall time of this call: {seconds:.0f} s  "),
              f"Models classified at step: {steps}", "",
              "## Conditions", "", "| condition | settings over the cpu recipe | realised δ̄ | share of 0 gaps | "
              "lowest val acc | median whole-list acc | median acc on repeats (gap 0) / other targets | "
@@ -261,26 +266,22 @@ def report_text(table: pd.DataFrame, shares: pd.DataFrame, tests: pd.DataFrame, 
             cells[m] for m in ("splitting", SUPPRESSOR, "overlapping", "other")) + " |")
     lines += ["", "## Test (fixed before training)", "",
               f"Per condition: exact one-sided binomial test of the copy-suppression count among learned runs "
-              f"(val accuracy ≥ {RULES.learned:.0%}) against a rate of {NULL_RATE:g}, each at α = {tests.alpha.iloc[0]:.4f} "
-              f"(0.05 Šidák-corrected over {len(tests)} conditions). Power: probability of a significant result if "
-              f"the true copy-suppression rate were {EFFECT_RATE:g}; a null result with power < {RULES.power:.0%} "
-              "is *not testable*. Detectable rate: the smallest rate found with 80% power.", "",
-              "| condition | learned / runs | CS models | p | critical count | power at rate 0.5 | detectable rate | status |",
-              "|---|---|---|---|---|---|---|---|"]
+              f"(val accuracy ≥ {RULES.learned:.0%}) against a rate of {rules.null_rate:g}; the conditions judged "
+              f"together with Holm's correction at family-wise α = {rules.alpha:g}. Power: probability of a "
+              f"significant result at the strictest Holm level if the true copy-suppression rate were "
+              f"{rules.effect_rate:g}; a null result with power < {rules.power:.0%} is *not testable*. Critical count "
+              "and detectable rate (the smallest rate found with that power) are at the same level.", "",
+              f"| condition | learned / runs | CS models | p | critical count | power at rate {rules.effect_rate:g} | "
+              "detectable rate | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in tests.itertuples():
         lines.append(f"| {r.condition} | {r.learned}/{r.runs} | {r.copy_suppression} | {r.p_value:.3g} | {r.critical} | "
                      f"{r.power:.2f} | {r.detectable_rate:.2f} | {r.status} |")
-    found = tests[tests.status == "found"]
-    lines += ["", f"Combined (Šidák over conditions): p = {combined:.3g}.", "", "## Verdict", ""]
-    if len(found):
-        lines.append("Copy-suppression found in: " + "; ".join(
-            f"{r.condition} ({r.copy_suppression}/{r.learned}, p = {r.p_value:.3g}, power {r.power:.2f})"
-            for r in found.itertuples()) + ".")
-    else:
-        absent = tests[tests.status == "absent"]
-        lines.append(f"No condition shows copy-suppression above a rate of {NULL_RATE:g} "
-                     f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
-                     f"learned runs). Absent with ≥ {RULES.power:.0%} power to detect a rate of {EFFECT_RATE:g} in: "
-                     + (", ".join(absent.condition) or "none") + "; not testable in: "
-                     + (", ".join(tests[tests.status == 'not testable'].condition) or "none") + ".")
+    lines += ["", "## Verdict", ""]
+    by_status = {status: ", ".join(tests[tests.status == status].condition) or "none"
+                 for status in ("reproduced", "not reproduced", "not testable")}
+    lines.append(f"Copy-suppression a main mode — reproduced in: {by_status['reproduced']}; not reproduced (a rate of "
+                 f"{rules.effect_rate:g} would have been found with power ≥ {rules.power:.0%}) in: "
+                 f"{by_status['not reproduced']}; not testable in: {by_status['not testable']} "
+                 f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
+                 "learned runs in all).")
     return "\n".join(lines) + "\n"
