@@ -36,3 +36,4 @@ bench: $(EXTRAS)
 	$(BIN)/python benchmarks/bench_llm.py
 	$(BIN)/python benchmarks/bench_llc.py
 	$(BIN)/python benchmarks/bench_cluster.py
+	$(BIN)/python benchmarks/bench_cli.py

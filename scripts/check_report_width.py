@@ -2,7 +2,8 @@
 the page's scroll width is printed (a page wider than the window scrolls sideways); a screenshot of the
 first screen is written beside the table.
 
-Run: python scripts/check_report_width.py REPORT.html [...] [--width 1280] [--shots DIR]
+Run: python scripts/check_report_width.py REPORT.html [...] [--width 1280] [--shots DIR] (screenshots go to
+DIR, by default report-shots/ in the current folder, one per report).
 Needs Chromium (Debian: apt-get install chromium). Exit status 1 when a report is wider than the window.
 """
 
@@ -46,7 +47,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path)
     parser.add_argument("--width", type=int, default=1280)
-    parser.add_argument("--shots", type=Path, default=Path(tempfile.gettempdir()) / "report-shots")
+    parser.add_argument("--shots", type=Path, default=Path("report-shots"),
+                        help="folder for the screenshots (default: report-shots/ here)")
     args = parser.parse_args()
     browser, wider = chromium(), 0
     args.shots.mkdir(parents=True, exist_ok=True)

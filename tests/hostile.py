@@ -193,7 +193,7 @@ def run_case(argv: list[str], timeout: float) -> Outcome:
     `timeout` seconds (a case still running then is a hang)."""
     with case_folder() as folder, contextlib.ExitStack() as stack:
         for target in ("headway.execution.base.LocalExecutor.run", "headway.studies.base.Study.run",
-                       "headway.cli.llm_eval.run_llm_eval"):
+                       "headway.llm.run.run_llm_eval"):
             stack.enter_context(mock.patch(target, _started))
         before = snapshot(folder)
         err, out = io.StringIO(), io.StringIO()

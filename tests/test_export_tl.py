@@ -1,10 +1,12 @@
 """`headway export tl`: trained runs as TransformerLens 4.x models whose outputs are headway's, for the
-packed, flat, attention-only, conditional and sorting layouts; the MSE readout guarded; the folder loads
-with TransformerLens alone."""
+packed, flat, attention-only, conditional and sorting layouts; TransformerLens' default weight processing
+keeps an MSE run's outputs; raw packed ids give NaN; the folder loads with TransformerLens alone."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,56 +82,60 @@ def test_an_earlier_checkpoint_and_the_combined_vocabulary(trained):
     w_e = load_model(run_dir, instances=0, step=60).instance_state(0)["embed.W_E"]
     mapping = exported.tokens
     tokens = torch.tensor([[[3, mapping.slot_vocab + 5]]])
-    row = exported.model.state_dict()["embed.weight"][mapping(tokens)[0, 0]]
+    embedding = exported.model.state_dict()["embed.weight"]
+    row = embedding[mapping(tokens)[0, 0]]
     torch.testing.assert_close(row, w_e[3] + w_e[mapping.slot_vocab + 5])
+    assert mapping.offset == 2 * mapping.slot_vocab and embedding[: mapping.offset].isnan().all()
+    with torch.no_grad():  # raw headway ids, unmapped: NaN everywhere, never numbers that look right
+        assert exported.model(tokens[..., 0]).isnan().all()
 
 
-def test_weight_processing_keeps_the_outputs_and_center_unembed_is_refused_for_mse(trained):
-    mse_dir, ce_dir = trained["packed"], trained["flat"]
-    ours, _, exported, tokens = headway_and_tl(mse_dir)
-    assert exported.loss == "mse"
-    with pytest.raises(ConfigError, match="center_unembed and fold_ln would shift the outputs of a run trained "
-                                          "with the MSE loss.*pass center_unembed=False, fold_ln=False"):
-        exported.model.enable_compatibility_mode(disable_warnings=True)
-    with pytest.raises(ConfigError, match="pass fold_ln=False"):
-        exported.model.process_weights(center_unembed=False)
-    exported = to_transformer_lens(mse_dir)
-    exported.model.enable_compatibility_mode(disable_warnings=True, center_unembed=False, fold_ln=False)
+@pytest.mark.parametrize("processing", [{}, {"fold_ln": False}, {"center_unembed": False}])
+def test_transformer_lens_default_processing_keeps_an_mse_runs_outputs(trained, processing):
+    """An MSE export's balancing column makes centring the unembedding a no-op: TransformerLens 4.3's default
+    enable_compatibility_mode (and process_weights) shifted outputs by up to 0.06 before it."""
+    ours, _, exported, tokens = headway_and_tl(trained["packed"])
+    assert exported.loss == "mse" and exported.config["d_vocab_out"] == exported.d_out + 1
+    torch.testing.assert_close(exported.model.state_dict()["unembed.weight"].sum(0),
+                               torch.zeros(16), atol=1e-5, rtol=0)
+    exported.model.enable_compatibility_mode(disable_warnings=True, **processing)
     with torch.no_grad():
-        assert (exported(tokens) - ours).abs().max() <= 1e-5  # centring the writing weights keeps the outputs
-    unguarded = to_transformer_lens(mse_dir)  # why fold_ln is refused: TransformerLens 4.3 shifts the outputs
-    type(unguarded.model).process_weights(unguarded.model, center_unembed=False)
+        assert (exported(tokens) - ours).abs().max() <= TOLERANCE
+    again = to_transformer_lens(trained["packed"])
+    again.model.process_weights()
     with torch.no_grad():
-        assert (unguarded(tokens) - ours).abs().max() > 1e-3
+        assert (again(tokens) - ours).abs().max() <= TOLERANCE
+
+
+def test_weight_processing_keeps_a_cross_entropy_runs_softmax(trained):
+    ce_dir = trained["flat"]
 
     ours, _, exported, tokens = headway_and_tl(ce_dir)
+    assert exported.config["d_vocab_out"] == exported.d_out  # no balancing column: softmax ignores a shift
     exported.model.enable_compatibility_mode(disable_warnings=True)  # center_unembed too: softmax unchanged
     with torch.no_grad():
         theirs = exported(tokens)
     torch.testing.assert_close(theirs.log_softmax(-1), ours.log_softmax(-1), atol=1e-4, rtol=0)
 
 
-def test_the_cli_writes_a_folder_transformer_lens_loads_alone(trained, tmp_path, capsys):
-    from safetensors.torch import load_file
-    from transformer_lens.config import TransformerBridgeConfig
-    from transformer_lens.model_bridge import TransformerBridge
-
+def test_the_cli_writes_a_folder_transformer_lens_loads_alone(trained, tmp_path, monkeypatch):
+    """docs/api.md's TransformerLens-alone lines, run as written on `headway export tl`'s folder: headway's
+    outputs, and still after TransformerLens' default processing."""
     run_dir = trained["conditional"]
     run_id = load_runs(run_dir)[0].run_id
     assert main(["export", "tl", str(run_dir.parent), "--run-id", run_id, "--out", str(tmp_path / "tl")]) == 0
     ours, _, _, tokens = headway_and_tl(run_dir)
-    # the documented lines, TransformerLens alone
-    folder = tmp_path / "tl"
-    config = json.loads((folder / "config.json").read_text())
-    meta = json.loads((folder / "headway.json").read_text())
-    model = TransformerBridge.boot_native(TransformerBridgeConfig(**config, architecture="TransformerLensNative"))
-    model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=True)
-    slots, slot_vocab = meta["token_map"]["slots"], meta["token_map"]["slot_vocab"]
-    digits = tokens - torch.arange(slots) * slot_vocab
-    ids = (digits * slot_vocab ** torch.arange(slots - 1, -1, -1)).sum(-1)
+    text = (Path(__file__).resolve().parents[1] / "docs" / "api.md").read_text()
+    recipe = re.search(r"TransformerLens alone, from the folder:\n\n```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(tmp_path)
+    scope = {"tokens": tokens}
     with torch.no_grad():
-        assert (model(ids)[:, -1] - ours).abs().max() <= TOLERANCE
-        assert (load_export(folder)(tokens) - ours).abs().max() <= TOLERANCE
+        exec(recipe, scope)  # noqa: S102 - the documentation's own lines
+        assert (scope["outputs"][:, -1] - ours).abs().max() <= TOLERANCE
+        scope["bridge"].enable_compatibility_mode(disable_warnings=True)
+        assert (scope["bridge"](scope["ids"])[:, -1, : ours.shape[-1]] - ours).abs().max() <= TOLERANCE
+        assert (load_export(tmp_path / "tl")(tokens) - ours).abs().max() <= TOLERANCE
+    meta = json.loads((tmp_path / "tl" / "headway.json").read_text())
     assert meta["run_id"] == run_id and meta["loss"] == "mse"
 
 

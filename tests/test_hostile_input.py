@@ -108,14 +108,16 @@ def test_the_sweeps_bad_inputs_are_refused_in_one_line_before_anything_is_writte
 
 
 def test_a_validation_set_that_cannot_be_filled_is_refused_in_seconds(tmp_path, capsys):
-    """Two distinct examples cannot make 100,000 validation examples outside the pool: refused once a top-up finds
-    none (the sweep waited 150 s for it), after the line announcing the run, and before any step is trained."""
+    """Two distinct examples cannot make 100,000 validation examples outside the pool: refused by the probe drawn
+    before the pool (the sweep once waited 150 s for it), after the line announcing the run, and before any step
+    is trained, naming the task's settings."""
     started = time.perf_counter()
     assert main(["train", "--out", str(tmp_path / "runs"), "--scale", "cpu", "--val-size", "100000", "--hops", "1",
                  "--chains", "1", "--vocab", "2", "--device", "cpu", "--no-progress"]) == 2
     assert time.perf_counter() - started < CASE_SECONDS
     err = capsys.readouterr().err.splitlines()
-    assert err[-1].startswith("headway: error: found only 0 of val_size = 100000") and len(err) == 2, err
+    assert err[-1].startswith("headway: error: 4096 examples drawn held only 2 distinct ones") and len(err) == 2, err
+    assert "task retrieval has too few distinct examples for this pool: use settings of retrieval" in err[-1]
     assert not list((tmp_path / "runs").rglob("*.safetensors"))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 from conftest import free_port
 
+from headway.cli.data import harness_command
 from headway.cli.main import main
 from headway.llm.backend import LoglikRequest
 from headway.llm.run import BackendSettings, run_llm_eval
@@ -172,25 +174,26 @@ def test_missing_model_is_one_clear_line(tmp_path, capsys):
 
 
 def test_lm_eval_scores_the_export_as_headway_does(tmp_path):
-    """The documented `lm-eval run` on headway's export, both at their defaults (no BOS): every question's
-    option log-likelihoods and picks equal headway's, and each group's aggregate acc/acc_norm equals
-    headway's accuracy over the group's questions."""
+    """The `lm-eval run` command `headway data prompts` prints, on headway's export, both at their defaults (no
+    BOS): every question's option log-likelihoods and picks equal headway's, and each group's acc/acc_norm equals
+    the group score `headway llm-eval` reports."""
     pytest.importorskip("lm_eval", reason="lm-eval[hf] is a test extra (pip install 'lm-eval[hf]')")
     from headway.llm.hf import HFBackend
 
     spec = QuestionSet(formulations=("F1", "F5"), max_hops=2, questions=3, seed=3)
     hf = HFBackend(MODEL, batch_size=8)
     try:
-        ours = run_llm_eval(spec, BackendSettings(model=MODEL), tmp_path / "ours", scoring="loglik",
-                            show_progress=False, backend=hf).per_question.set_index("id")
+        evaluated = run_llm_eval(spec, BackendSettings(model=MODEL), tmp_path / "ours", scoring="loglik",
+                                 show_progress=False, backend=hf)
+        ours = evaluated.per_question.set_index("id")
     finally:
         hf.close()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"), "TQDM_DISABLE": "1"}
     args = f"pretrained={hf.source.folder},gguf_file={hf.source.gguf_file},dtype=float32"
+    command = shlex.split(harness_command(tmp_path / "ours" / "harness", args))  # what `data prompts` prints
     done = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", args, "--include_path",
-         str(tmp_path / "ours" / "harness"), "--tasks", "headway_retrieval", "--batch_size", "8", "--device", "cpu",
+        [sys.executable, "-m", "lm_eval", *command[1:], "--batch_size", "8", "--device", "cpu",
          "--output_path", str(tmp_path / "lm-eval"), "--log_samples"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -204,7 +207,6 @@ def test_lm_eval_scores_the_export_as_headway_does(tmp_path):
         assert logliks[row.answer_index] == pytest.approx(row.loglik_answer, abs=1e-3)
         assert int(np.argmax(logliks)) == row.pred_acc
         assert sample["acc"] == float(row.acc) and sample["acc_norm"] == float(row.acc_norm)
-    for group, rows in [("headway_retrieval", ours), *((f"headway_retrieval_{f}", ours[ours.formulation == F])
-                                                       for f, F in (("f1_assign", "F1"), ("f5_relatives", "F5")))]:
-        for metric in ("acc", "acc_norm"):
-            assert results[group][f"{metric},none"] == pytest.approx(rows[metric].mean()), (group, metric)
+    assert len(evaluated.groups) == 3 * 2  # F1, F5 and all × acc and acc_norm: lm-eval's groups, as headway has them
+    for row in evaluated.groups.itertuples():
+        assert results[row.group][f"{row.metric},none"] == pytest.approx(row.accuracy), (row.group, row.metric)

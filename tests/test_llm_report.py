@@ -14,7 +14,7 @@ from PIL import Image
 from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.llm.backend import Backend
-from headway.llm.evaluate import summarise
+from headway.llm.evaluate import group_scores, summarise
 from headway.llm.report import verdict, write_report
 from headway.llm.run import BackendSettings, run_llm_eval
 from headway.plots.llm import accuracy_vs_hops
@@ -98,7 +98,7 @@ def test_figure_refuses_empty_results(tmp_path):
 def test_report_holds_figure_verdicts_counts_and_examples(tmp_path, questions):
     per_question = synthetic_per_question()
     results = summarise(per_question)
-    path = write_report(tmp_path / "out", results, per_question, questions, META)
+    path = write_report(tmp_path / "out", results, group_scores(per_question), per_question, questions, META)
     assert path == tmp_path / "out" / "report.html"
     assert (tmp_path / "out" / "figures" / "accuracy_vs_hops.png").is_file()
     html = path.read_text(encoding="utf-8")
@@ -126,7 +126,8 @@ def test_report_holds_figure_verdicts_counts_and_examples(tmp_path, questions):
 def test_loglik_only_report_has_no_unparseable_parts(tmp_path, questions):
     per_question = synthetic_per_question(("acc", "acc_norm"))
     results = summarise(per_question)
-    html = write_report(tmp_path, results, per_question, questions, {"model": "m"}).read_text(encoding="utf-8")
+    html = write_report(tmp_path, results, group_scores(per_question), per_question, questions,
+                        {"model": "m"}).read_text(encoding="utf-8")
     assert "Unparseable replies" not in html and "<th>unparseable</th>" not in html
     assert "acc_norm chose" in html and "Its reply" not in html
 
@@ -196,7 +197,8 @@ def folder(evaluated, tmp_path):
 
 
 def test_rewrite_report_reproduces_the_tables_and_rewrites_the_report(folder, capsys):
-    tables = {name: (folder / name).read_bytes() for name in ("predictions.csv", "results.csv", "summary.json")}
+    tables = {name: (folder / name).read_bytes() for name in ("predictions.csv", "results.csv", "groups.csv",
+                                                         "summary.json")}
     (folder / "report.html").write_text("stale", encoding="utf-8")
     (folder / "figures" / "accuracy_vs_hops.png").unlink()
     assert main(["llm-eval", "--rewrite-report", "--out", str(folder)]) == 0
@@ -206,7 +208,8 @@ def test_rewrite_report_reproduces_the_tables_and_rewrites_the_report(folder, ca
     assert "scripted/model" in html and "Its reply in generate mode" in html
     assert (folder / "figures" / "accuracy_vs_hops.png").is_file()
     captured = capsys.readouterr()
-    assert captured.err == ("results.csv, summary.json and report.html rewritten from 12 predictions (no model asked); "
+    assert captured.err == ("results.csv, groups.csv, summary.json and report.html rewritten from 12 predictions "
+                            "(no model asked); "
                             f"report: {folder / 'report.html'}\n")
     assert "F5 hops=2 exact_match=" in captured.out
 

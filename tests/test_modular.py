@@ -11,6 +11,7 @@ import torch
 
 from headway.analysis.llc import SGLDSettings
 from headway.cli.main import main
+from headway.cli.study import verdict_table
 from headway.errors import ConfigError
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
@@ -136,6 +137,10 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     groks = found["With weight decay the model groks"]
     assert groks["p_value"] == 1.0 and groks["alpha"] == 0.05 and groks["power"] == 0.0
     assert "no traced run grokked" in found["The LLC rises while the model memorises and falls as it groks"]["evidence"]
+    table = verdict_table(tmp_path / "summary.json", width=100).splitlines()  # what `headway study` ends by printing
+    assert table[0].startswith("Verdicts (5 claims") and max(map(len, table)) <= 100
+    assert sum(line.startswith("not testable") for line in table) == 5
+    assert any(line.startswith("not testable      1.000   0.05   0.00  With weight decay") for line in table)
 
 
 @pytest.mark.slow

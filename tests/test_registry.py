@@ -16,6 +16,7 @@ from headway.plugins import Registry
 from headway.runs.config import RunConfig
 from headway.studies.registry import STUDIES, register_study, study_class, study_names
 from headway.tasks.base import ArrayBatch, Batch, Task
+from headway.tasks.pools import PROBE
 from headway.tasks.registry import TASKS, _check_task, register_task, scale_settings, setting_types, task_class
 
 
@@ -72,8 +73,33 @@ def test_a_complete_task_registers_and_builds_runs():
     assert Parity().d_out == 2 and Parity().accuracy_columns([0.5], 0.5) == {"val_accuracy": 0.5}
 
 
+def test_a_small_task_at_the_default_pool_size_is_refused_in_a_second_naming_its_setting():
+    """Parity of 4 bits has 16 examples: the default 2^20-example pool would hold all of them, and a slow draw
+    would take minutes to find that out; a probe of PROBE examples refuses first, naming the task's setting."""
+    asked: list[int] = []
+
+    @dataclass(frozen=True)
+    class Slow(Parity):
+        size_settings: ClassVar[tuple[str, ...]] = ("width",)
+
+        def draw(self, n: int, rng: np.random.Generator, validation: bool = False) -> ArrayBatch:
+            asked.append(n)
+            return super().draw(n, rng, validation)
+
+    defaults = RunConfig().train
+    with pytest.raises(ConfigError, match=r"4096 examples drawn held only 16 distinct ones.*task parity has too few "
+                                          r"distinct examples for this pool: use a larger width, or a train_size"):
+        Slow(width=4).split(defaults.train_size, defaults.val_size, 0)
+    assert asked == [PROBE]  # the pool was never drawn
+    with pytest.raises(ConfigError, match=r"settings of parity that give it more examples \(width\)"):
+        Parity(width=4).split(defaults.train_size, defaults.val_size, 0)
+    train, val = Slow(width=16).split(4096, 256, 0)  # 65536 examples: a pool of 4096 leaves plenty
+    assert len(val) == 256
+
+
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(ConfigError, match=r"task = 'nope' is unknown; choose one of modular, retrieval, sorting"):
+    known = ", ".join(TASKS.names())  # the built-in tasks and any another package registers
+    with pytest.raises(ConfigError, match=rf"task = 'nope' is unknown; choose one of {known}$"):
         task_class("nope")
     with pytest.raises(ConfigError, match=r"study = 'nope' is unknown; choose one of .*retrieval"):
         study_class("nope")

@@ -157,3 +157,43 @@ def test_a_code_span_shows_any_text_exactly(text):
     hold, the span renders as exactly that text in one closed <code> element."""
     assert _inline(f"model {code_span(text)} · backend `hf`") == (
         f"model <code>{escape(text)}</code> · backend <code>hf</code>")
+
+
+def cells(html: str) -> list[list[str]]:
+    """The text of every body row's cells."""
+    return [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(<td.*?)</tr>", html)]
+
+
+def test_numbers_are_written_by_kind_and_row_numbers_left_out():
+    """Counts and steps as integers (floats only because of a missing value), settings as given, rates and
+    measurements with the table's format; a filtered frame's row numbers are no column, a named index is."""
+    frame = pd.DataFrame({"steps": [1650.0, 1550.0, np.nan], "weight_decay": [0.005, 0.0, 0.1],
+                          "val_accuracy": [1.0, 1.0, 0.5], "llc": [3.14159, 12.5, 0.25]}, index=[4, 7, 9])
+    html = Report("t").table(frame, "c", float_format="{:.2f}").render()
+    assert "<th>index</th>" not in html and "<th>steps</th><th>weight_decay</th>" in html
+    assert cells(html) == [["1650", "0.005", "1.00", "3.14"], ["1550", "0", "1.00", "12.50"],
+                           ["–", "0.1", "0.50", "0.25"]]
+    named = Report("t").table(frame.rename_axis("run"), "c").render()
+    assert "<th>run</th>" in named and cells(named)[0][0] == "4"
+
+
+def test_repeated_diagnostics_are_said_once_with_their_ranges():
+    from headway.report.messages import said_once
+
+    said = said_once([f"instance 0: mean MALA acceptance {a} < 0.9: lower lr" for a in ("0.305", "0.209", "0.242")]
+                     + ["chains disagree", "instance 0: mean MALA acceptance 0.5 < 0.9: lower lr"])
+    assert said == ["instance 0: mean MALA acceptance 0.209–0.5 < 0.9: lower lr (4 times)", "chains disagree"]
+
+
+def test_an_output_json_is_standard_json(tmp_path):
+    """A study's summary.json is for other tools too: no NaN or Infinity, which JSON does not have."""
+    import json
+    import math
+
+    from headway.runs import layout
+
+    layout.write_json(tmp_path / "summary.json", {"p": math.nan, "runs": [1.0, math.inf], "nested": {"x": -math.inf}},
+                      checked=False)
+    text = (tmp_path / "summary.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text) == {"p": None, "runs": [1.0, None], "nested": {"x": None}}

@@ -34,6 +34,8 @@ _EXPORTS = {
     "load_metrics": "headway.runs.store",
     "load_summary": "headway.runs.store",
     "load_model": "headway.runs.store",
+    "load_single": "headway.runs.store",
+    "SingleModel": "headway.model.single",
     "final_metrics": "headway.runs.store",
     "find_run": "headway.runs.store",
     "SGLDSettings": "headway.analysis.llc",

@@ -18,15 +18,16 @@ import contextlib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from headway.errors import ConfigError
 from headway.settings import check_choice
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 COMPILE_MODES = ("auto", "on", "off", "graphs")
+if TYPE_CHECKING:  # torch loads with the first step, not when the CLI parses --precision and --compile
+    import torch
+
 RECOMPILE_LIMIT = 64  # compiled graphs kept per function: one per ensemble shape of a study (torch's default: 8)
 
 
@@ -72,6 +73,8 @@ class ComputeSettings:
 def cpu_has_bf16_matmul() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (oneDNN's own check; True where torch
     cannot say), rather than converting to float32 and back."""
+    import torch
+
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -82,6 +85,8 @@ def cpu_has_bf16_matmul() -> bool:
 def precision_context(precision: str, device: torch.device) -> Iterator[None]:
     """Run the enclosed forward (and its loss) at `precision` ('fp32', 'tf32' or 'bf16'); the
     global matmul setting that tf32 and fp32 need is restored on exit."""
+    import torch
+
     if precision == "bf16":
         with torch.autocast(device.type, dtype=torch.bfloat16):
             yield
@@ -103,6 +108,7 @@ class Compiled:
     TRIAL_CALLS = 3
 
     def __init__(self, fn: Callable[..., Any], what: str, mode: str = "default") -> None:
+        import torch
         import torch._dynamo.config as dynamo_config
 
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)

@@ -5,11 +5,15 @@ The copies' weights live in one [R, P] buffer with the layout of an ensemble's `
 (parameters in `named_parameters()` order, each flattened), so SGLD's whole-buffer step, the masks and
 the diagnostics are the same code for both kinds of model. One call of `batched_loss` evaluates every
 copy on its own batch with `vmap` over `functional_call`; buffers (e.g. BatchNorm statistics) are a
-private copy taken when the copies are made, shared by them and never written back to the module.
+private copy taken when the copies are made and never written back to the module. In train mode (as
+devinterp samples) each copy draws its own dropout masks (`vmap(randomness="different")`, from torch's
+global generator, which `module_mode` seeds) and BatchNorm normalises by each copy's batch, updating a
+per-call copy of the statistics that is then dropped, as it changes no train-mode output.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,8 +27,7 @@ from headway.model.flat import FlatLayout
 # loss_fn(model, inputs, targets) -> the scalar mean loss of one batch, as devinterp's `evaluate`.
 ModuleLossFn = Callable[[Callable[..., Any], Tensor, Tensor], Tensor]
 
-_VMAP_ADVICE = ("put the model in eval mode (dropout and BatchNorm statistics cannot run batched) and keep "
-                "loss_fn free of .item() and of Python branches on tensor values")
+_VMAP_ADVICE = "keep loss_fn free of .item(), of in-place changes to the module and of Python branches on tensor values"
 
 
 class StackedParameters(FlatLayout):
@@ -88,10 +91,15 @@ class ModuleEnsemble(nn.Module):
                               self.flat.data.detach().repeat_interleave(copies, dim=0).clone())
 
     def batched_loss(self, inputs: Tensor, targets: Tensor) -> Tensor:
-        """Loss [R] of every copy on its own batch (`inputs`, `targets` [R, B, ...])."""
+        """Loss [R] of every copy on its own batch (`inputs`, `targets` [R, B, ...]); in train mode each copy
+        updates a copy of the buffers of its own, made for this call."""
+        training = self.inner[0].training and bool(self.buffer_copies)
+        buffers = ({name: b.expand(self.n_instances, *b.shape).clone() for name, b in self.buffer_copies.items()}
+                   if training else self.buffer_copies)
         try:
             with _unfused_attention():
-                loss = torch.func.vmap(self._loss)(self.flat.views(), inputs, targets)
+                loss = torch.func.vmap(self._loss, in_dims=(0, 0 if training else None, 0, 0),
+                                       randomness="different")(self.flat.views(), buffers, inputs, targets)
         except ConfigError:
             raise
         except Exception as err:  # the user's module and loss: any failure becomes one readable line
@@ -101,12 +109,12 @@ class ModuleEnsemble(nn.Module):
                               "must return the batch's mean loss, a scalar")
         return loss
 
-    def _loss(self, params: dict[str, Tensor], inputs: Tensor, targets: Tensor) -> Tensor:
-        """loss_fn on one copy, the module called with `params` and the private buffers."""
+    def _loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor, targets: Tensor) -> Tensor:
+        """loss_fn on one copy, the module called with `params` and `buffers`."""
         module = self.inner[0]
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return torch.func.functional_call(module, {**params, **self.buffer_copies}, args, kwargs)
+            return torch.func.functional_call(module, {**params, **buffers}, args, kwargs)
 
         return self.loss_fn(call, inputs, targets)
 
@@ -115,12 +123,64 @@ class ModuleEnsemble(nn.Module):
         when batched by vmap (randomness, buffer updates, .item())."""
         try:
             with torch.no_grad():
-                self._loss({name: view[0] for name, view in self.flat.views().items()}, inputs, targets)
+                buffers = {name: b.clone() for name, b in self.buffer_copies.items()}
+                self._loss({name: view[0] for name, view in self.flat.views().items()}, buffers, inputs, targets)
         except Exception as alone:
             return ConfigError(f"loss_fn(model, inputs, targets) fails on a batch of inputs {tuple(inputs.shape)} and "
                                f"targets {tuple(targets.shape)}: {error_line(alone)}")
         return ConfigError(f"the model and loss_fn cannot run as a batch of copies under torch.func.vmap "
                            f"({error_line(batched)}); {_VMAP_ADVICE}")
+
+
+@contextmanager
+def module_mode(module: nn.Module, train: bool | None, seed: int) -> Iterator[None]:
+    """Within the block `module` is in train mode (True: dropout on, BatchNorm on batch statistics, as devinterp
+    samples), eval mode (False) or as it is (None), and torch's global generator, which dropout under vmap
+    draws from, starts from `seed`; afterwards both are as they were."""
+    before = {sub: sub.training for sub in module.modules()}
+    devices = [p.device for p in module.parameters() if p.device.type == "cuda"][:1]
+    try:
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            if train is not None:
+                module.train(train)
+            yield
+    finally:
+        for sub, training in before.items():
+            sub.training = training
+
+
+def devinterp_loss(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` as the estimator's loss_fn(model, inputs, targets): a function of two positional parameters is
+    devinterp's `evaluate(model, batch)`, called with batch = (inputs, targets), whose result may be the loss,
+    a (loss, ...) tuple, a dict with "loss" or an object with `.loss`; any other `fn` is returned as it is."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: take it as loss_fn
+        return fn
+    kinds = [p.kind for p in parameters]
+    positional = [k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    if len(positional) != 2 or inspect.Parameter.VAR_POSITIONAL in kinds:
+        return fn
+
+    def loss_fn(model: Any, inputs: Tensor, targets: Tensor) -> Tensor:
+        return _loss_of(fn(model, (inputs, targets)))
+
+    return loss_fn
+
+
+def _loss_of(result: Any) -> Tensor:
+    """The loss in what a devinterp-style evaluate returned."""
+    if isinstance(result, Tensor):
+        return result
+    if isinstance(result, tuple | list) and result and isinstance(result[0], Tensor):
+        return result[0]
+    if isinstance(result, dict) and isinstance(result.get("loss"), Tensor):
+        return result["loss"]
+    if isinstance(getattr(result, "loss", None), Tensor):
+        return result.loss
+    raise ConfigError(f"evaluate(model, batch) returned {type(result).__name__}; return the loss (a tensor), a "
+                      "(loss, ...) tuple, a dict with 'loss' or an object with .loss, as devinterp takes")
 
 
 def error_line(err: Exception) -> str:

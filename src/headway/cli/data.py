@@ -103,12 +103,21 @@ for _cls in TASKS.classes():
 def prompts(formulations: str, max_hops: int, questions: int, chains: int, n_options: int, seed: int,
             out: Path) -> None:
     """Prompted retrieval questions (F1-F5) as JSON Lines and lm-evaluation-harness task YAML files."""
+    from headway.progress import progress
     from headway.tasks.retrieval.prompts.harness import write_harness
     from headway.tasks.retrieval.prompts.questions import make_questions, write_questions
 
     spec = question_set(formulations, max_hops, questions, chains, n_options, seed)
-    questions_drawn = make_questions(spec)
+    with progress(len(spec.formulations) * len(spec.hops), "drawing questions", "cell") as bar:
+        questions_drawn = make_questions(spec, progress=bar.update)
+    click.echo(f"writing {len(questions_drawn)} questions and their lm-evaluation-harness tasks to {out}", err=True)
     count = write_questions(out / "questions.jsonl", questions_drawn)
     tasks = write_harness(out / "harness", questions_drawn)
     click.echo(f"wrote {count} questions to {out / 'questions.jsonl'} and {len(tasks)} task files to "
-               f"{out / 'harness'} (lm_eval --include_path {out / 'harness'} --tasks headway_retrieval)", err=True)
+               f"{out / 'harness'}; score a model on them with lm-evaluation-harness (docs/llm-eval.md):\n"
+               f"{harness_command(out / 'harness')}", err=True)
+
+
+def harness_command(folder: Path, model_args: str = "pretrained=MODEL") -> str:
+    """The lm-eval command that scores a model on the tasks in `folder` (MODEL: a model folder or hub id)."""
+    return f"lm-eval run --model hf --model_args {model_args} --include_path {folder} --tasks headway_retrieval"

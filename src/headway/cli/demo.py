@@ -21,11 +21,14 @@ from headway.cli.options import (OutputPath, check_training_memory, memory_check
 @click.option("--chains", type=int, default=None, help="Chains K (CPU scale: 4).")
 @click.option("--compose/--no-compose", default=True, show_default=True,
               help="Also train 2 layers on 3 hops with dense supervision and links in chain order.")
+@click.option("--steps", type=click.IntRange(min=1), default=None,
+              help="Training steps of every run, for a quick look [default: the CPU scale's; 600 for the composing "
+                   "cell].")
 @click.option("--device", default="auto", show_default=True)
 @memory_check_options
 @renamed_options({"--seeds": "--seed"})
 def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains: int | None, compose: bool,
-         device: str, memory_check: bool) -> None:
+         steps: int | None, device: str, memory_check: bool) -> None:
     """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law; with
     --compose, also the cell where two layers solve three hops by composing links."""
     from headway.plots.depth import plot_depth
@@ -38,9 +41,9 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     axes = {"layers": parse_values("layers", layers, int), "hops": parse_values("hops", hops, int),
             "seed": parse_values("seed", seed, int)}
     base = scale_settings("cpu", "retrieval")
-    base.update({k: v for k, v in (("vocab", vocab), ("chains", chains)) if v is not None})
-    runs = expand_grid(base, axes)
-    composing = expand_grid({**base, **COMPOSE_CELL}, {"seed": axes["seed"]}) if compose else []
+    given = {k: v for k, v in (("vocab", vocab), ("chains", chains), ("steps", steps)) if v is not None}
+    runs = expand_grid({**base, **given}, axes)
+    composing = expand_grid({**base, **COMPOSE_CELL, **given}, {"seed": axes["seed"]}) if compose else []
     check_training_memory(runs + composing, LocalExecutor(), device, memory_check)
     click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
                f"seeds {axes['seed']}){f' and {len(composing)} composing runs' if composing else ''} into {out}",

@@ -5,15 +5,19 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import click
-import pandas as pd
 from click.core import ParameterSource
 
 from headway.cli.options import OutputPath, question_options, question_set
 from headway.errors import INTERRUPT_EXIT, Stopped
 from headway.limits import MAX_REPLY_TOKENS
-from headway.llm.evaluate import SCORINGS
-from headway.llm.run import BACKENDS, BackendSettings, rewrite_outputs, run_llm_eval
+from headway.llm.backend import BACKENDS
+from headway.llm.scoring import SCORINGS
+
+if TYPE_CHECKING:  # pandas and the backends load when the command runs, not when its options are parsed
+    import pandas as pd
 
 
 @click.command("llm-eval")
@@ -40,7 +44,7 @@ from headway.llm.run import BACKENDS, BackendSettings, rewrite_outputs, run_llm_
                                                "that adds one).")
 @click.option("--progress/--no-progress", default=True, help="Progress bar with time left.")
 @click.option("--rewrite-report", is_flag=True,
-              help="Ask no model: rewrite results.csv, summary.json and report.html in --out from its "
+              help="Ask no model: rewrite results.csv, groups.csv, summary.json and report.html in --out from its "
                    "predictions.csv and the question settings in its summary.json.")
 @click.option("--adopt-unchecked", is_flag=True,
               help="With --rewrite-report: take a folder written before headway checksummed its outputs as it is, "
@@ -51,6 +55,8 @@ def llm_eval(ctx: click.Context, model: str | None, backend: str, formulations: 
              api_key: str | None, timeout: float, retries: int, concurrency: int, device: str, batch_size: int,
              add_bos: bool, progress: bool, rewrite_report: bool, adopt_unchecked: bool) -> None:
     """Prompted retrieval questions (F1-F5) for any model: accuracy vs hops, figure, tables and report."""
+    from headway.llm.run import BackendSettings, run_llm_eval
+
     if rewrite_report:
         _rewrite(ctx, out, adopt_unchecked)
         return
@@ -71,7 +77,7 @@ def llm_eval(ctx: click.Context, model: str | None, backend: str, formulations: 
     meta = result.meta
     click.echo(f"{meta['questions']} questions in {meta['seconds']} s ({meta['cache_hits']} answers from the cache); "
                f"report: {out / 'report.html'}", err=True)
-    _echo_results(result.results)
+    _echo_results(result.results, result.groups)
 
 
 # The options each backend uses besides the questions, scoring and output (the others are refused when given).
@@ -98,18 +104,25 @@ def _refuse_unused(ctx: click.Context, backend: str) -> None:
 
 def _rewrite(ctx: click.Context, out: Path, adopt: bool) -> None:
     """`--rewrite-report`: refuse the options it would ignore, rewrite the folder's tables and report, print them."""
+    from headway.llm.run import rewrite_outputs
+
     ignored = _given(ctx, ("out", "rewrite_report", "adopt_unchecked"))
     if ignored:
         raise click.UsageError(f"--rewrite-report takes every setting from {out / 'summary.json'}; "
                                f"drop {', '.join(ignored)}", ctx)
     result = rewrite_outputs(out, adopt_unchecked=adopt)
-    click.echo(f"results.csv, summary.json and report.html rewritten from {len(result.per_question)} predictions "
+    click.echo(f"results.csv, groups.csv, summary.json and report.html rewritten from {len(result.per_question)} "
+               "predictions "
                f"(no model asked); report: {out / 'report.html'}", err=True)
-    _echo_results(result.results)
+    _echo_results(result.results, result.groups)
 
 
-def _echo_results(results: pd.DataFrame) -> None:
-    """One line per formulation × hops × metric: accuracy, Wilson interval and chance."""
+def _echo_results(results: pd.DataFrame, groups: pd.DataFrame) -> None:
+    """One line per formulation × hops × metric, then per formulation and overall (lm-eval's group scores, named
+    as lm-eval names them): accuracy, Wilson interval and (mean) chance."""
     for row in results.itertuples():
         click.echo(f"{row.formulation} hops={row.hops} {row.metric}={row.accuracy:.3f} "
                    f"[{row.ci_low:.3f}, {row.ci_high:.3f}] chance={row.chance:.3f}")
+    for row in groups.itertuples():
+        click.echo(f"{row.formulation} hops=all {row.metric}={row.accuracy:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}] "
+                   f"chance={row.chance:.3f} n={row.n} ({row.group})")

@@ -4,6 +4,7 @@ disk or a lack of memory also ends with one line and a documented status, never 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import sys
 import threading
@@ -17,19 +18,47 @@ from headway.errors import (INTERRUPT_EXIT, IO_EXIT, STOP_SIGNALS, TIME_LIMIT_EX
 __all__ = ["IO_EXIT", "TIME_LIMIT_EXIT", "cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Every command: where it lives ("module:object", imported only when that command is run or asked for its help,
+# so `headway --help` loads no command module) and its line in `headway --help` (a test holds it to the command's
+# own help).
+COMMANDS = {
+    "data": ("headway.cli.data:data", "Generate task data as JSON Lines."),
+    "demo": ("headway.cli.demo:demo", "Train layers × hops × seeds on the retrieval task (CPU scale) and report "
+                                      "the depth law; with --compose, also the cell where two layers solve three "
+                                      "hops by composing links."),
+    "export": ("headway.cli.export:export", "Write a trained run in another library's format."),
+    "llm-eval": ("headway.cli.llm_eval:llm_eval", "Prompted retrieval questions (F1-F5) for any model: accuracy "
+                                                  "vs hops, figure, tables and report."),
+    "reach": ("headway.cli.reach:reach", "Print the % of link orders from which the query reaches x_0, per layers "
+                                         "(rows) and hops (columns)."),
+    "show": ("headway.cli.show:show", "Print every run found in PATH (a run or sweep directory)."),
+    "study": ("headway.cli.study:study", "Reproduce a study end to end: train its grid, analyse every model, write "
+                                         "a report."),
+    "train": ("headway.cli.train:train", "Train a task."),
+}
+
+
+class LazyGroup(click.Group):
+    """The `headway` group: commands imported by name when used (as lm-eval registers its tasks)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[name][0].split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in sorted(COMMANDS.items())])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="headway")
 def cli() -> None:
     """Grow small transformers on algorithmic tasks and measure the circuits they form."""
-
-
-def _register() -> None:
-    """Add the commands (their modules import numpy, pandas and torch: seconds, during which a stop is caught)."""
-    from headway.cli import data, demo, export, llm_eval, reach, show, study, train
-
-    for command in (data.data, train.train, show.show, demo.demo, study.study, llm_eval.llm_eval, export.export,
-                    reach.reach):
-        cli.add_command(command)
 
 
 @contextlib.contextmanager
@@ -56,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     command cannot go on from to one line and its status."""
     try:
         with stop_signals():
-            _register()
             return _run(sys.argv[1:] if argv is None else list(argv))
     except Stopped as stop:
         click.echo(f"headway: stopped by {signal.Signals(stop.signum).name}; everything saved so far is kept, run "

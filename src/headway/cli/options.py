@@ -8,17 +8,17 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from headway.compute import COMPILE_MODES, PRECISIONS, ComputeSettings
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
-from headway.execution.devices import resolve_device
 from headway.limits import MAX_LIST
-from headway.tasks.retrieval.prompts.formulations import parse_formulations
-from headway.tasks.retrieval.prompts.questions import QuestionSet
+
+if TYPE_CHECKING:  # the prompt questions (numpy) load with the commands that ask them
+    from headway.tasks.retrieval.prompts.questions import QuestionSet
 
 TRUE = ("true", "yes", "on", "1")
 FALSE = ("false", "no", "off", "0")
@@ -162,6 +162,8 @@ def renamed_options(renames: dict[str, str], flags: tuple[str, ...] = ()) -> Cal
 
 def question_options(command: click.Command) -> click.Command:
     """The options that choose the questions, shared by `llm-eval` and `data prompts`."""
+    from headway.tasks.retrieval.prompts.questions import QuestionSet
+
     options = [
         click.option("--formulations", "-f", default="all", show_default=True,
                      help="F1 assign, F2 code, F3 boxes, F4 wizards, F5 relatives: keys or names, comma list."),
@@ -183,6 +185,9 @@ def question_options(command: click.Command) -> click.Command:
 def question_set(formulations: str, max_hops: int, questions: int, chains: int, n_options: int,
                  seed: int) -> QuestionSet:
     """The QuestionSet the shared options describe."""
+    from headway.tasks.retrieval.prompts.formulations import parse_formulations
+    from headway.tasks.retrieval.prompts.questions import QuestionSet
+
     keys = tuple(f.key for f in parse_formulations(formulations))
     return QuestionSet(formulations=keys, max_hops=max_hops, questions=questions, chains=chains, options=n_options,
                        seed=seed)
@@ -255,6 +260,8 @@ def pop_compute(values: dict[str, Any]) -> ComputeSettings:
 def check_compute(compute: ComputeSettings, executor: Executor, device: str) -> None:
     """Refuse, before anything runs, compute settings the device cannot take (tf32 or CUDA graphs on a
     CPU); under a cluster executor each worker resolves its own device, so nothing is checked here."""
+    from headway.execution.devices import resolve_device
+
     if executor.name == "local":
         compute.describe(resolve_device(device))
 
@@ -273,6 +280,7 @@ def check_training_memory(runs: list, executor: Executor, device: str, enabled: 
     """Refuse, unless `enabled` is off, runs one of which this machine's `device` cannot hold to train
     (`headway.train.capacity.check_training_fits`); a cluster's workers are other machines, so not under Ray."""
     if enabled and executor.name == "local":
+        from headway.execution.devices import resolve_device
         from headway.train.capacity import check_training_fits
 
         check_training_fits(runs, resolve_device(device))

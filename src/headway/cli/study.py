@@ -95,7 +95,9 @@ def study_command(cls: type[Study]) -> click.Command:
         click.echo(f"study {cls.name}, scale {scale}: {len(runs)} runs into {out}", err=True)
         report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
                      deadline=deadline, max_ensemble=max_ensemble).run()
-        click.echo(f"report: {report}\nsummary: {out / 'summary.json'}\nresults: {out / 'results.csv'}")
+        click.echo(verdict_table(out / "summary.json"))
+        written = {"report": report, "summary": out / "summary.json", "results": out / "results.csv"}
+        click.echo("\n".join(f"{what}: {path}" for what, path in written.items() if Path(path).is_file()))
 
     params = [
         click.Option(["--scale"], type=click.Choice(cls.scales), default=cls.scales[0], show_default=True,
@@ -122,6 +124,38 @@ def study_command(cls: type[Study]) -> click.Command:
                for name, field in fields.items() if (field.metadata["was"] or field.name) != name}
     command = renamed_options(renamed)(command)
     return click.Command(cls.name, params=params + command.__click_params__, callback=command, help=cls.summary)
+
+
+def verdict_table(summary: Path, width: int | None = None) -> str:
+    """The verdicts a study's summary.json holds as a text table (status, p, α, power, claim wrapped to `width`,
+    default the terminal's), or a line saying there are none."""
+    import json
+    import shutil
+    import textwrap
+
+    try:
+        verdicts = json.loads(summary.read_text(encoding="utf-8")).get("verdicts") or []
+    except (OSError, ValueError, AttributeError):
+        verdicts = []
+    if not verdicts:
+        return f"no verdicts in {summary}"
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    head = f"{'status':<15} {'p':>7} {'α':>6} {'power':>6}  "
+    lines = [f"Verdicts ({len(verdicts)} claims; p one-sided, α family-wise, power at the stated effect):",
+             head + "claim"]
+    for verdict in verdicts:
+        cells = f"{verdict['status']:<15} {_number(verdict.get('p_value'), p=True):>7} " \
+                f"{_number(verdict.get('alpha')):>6} {_number(verdict.get('power')):>6}  "
+        claim = textwrap.wrap(verdict["claim"], max(30, width - len(head))) or [""]
+        lines += [cells + claim[0], *(" " * len(head) + rest for rest in claim[1:])]
+    return "\n".join(lines)
+
+
+def _number(value: float | None, p: bool = False) -> str:
+    """A p-value, level or power for the verdict table: "–" when missing, "<0.001" for a tiny p."""
+    if value is None or value != value:
+        return "–"
+    return "<0.001" if p and value < 0.001 else f"{value:.3f}" if p else f"{value:.2f}"
 
 
 # Plan fields whose given values must lie within another field of the plan (the development seeds are seeds of the

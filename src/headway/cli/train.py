@@ -28,12 +28,17 @@ def _task_help() -> str:
     return "; ".join(f"{cls.name}: {cls.summary}" for cls in TASKS.classes())
 
 
+def _scale_help() -> str:
+    """Every registered task's named scales, a new task's included."""
+    scales = "; ".join(f"{cls.name}: {', '.join(cls.scales)}" for cls in TASKS.classes())
+    return f"Defaults to start from: a named scale of the task ({scales}; default: the task's first)."
+
+
 @click.command()
 @click.option("--out", type=OutputPath(folder=True), required=True,
               help="Sweep directory (one sub-directory per ensemble); re-running resumes.")
 @click.option("--task", type=click.Choice(TASKS.names()), default=DEFAULT_TASK, show_default=True, help=_task_help())
-@click.option("--scale", default=None, help="Defaults to start from: a named scale of the task (each task's are in "
-                                            "docs/cli.md; default: its first, e.g. the paper's recipe).")
+@click.option("--scale", default=None, help=_scale_help())
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
 @click.option("--max-ensemble", type=int, default=None, metavar="N",

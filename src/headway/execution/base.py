@@ -57,11 +57,9 @@ class LocalExecutor(Executor):
         return str(resolve_device(device))
 
     def run(self, jobs: list[Job], desc: str, store: Path, device: str, progress: bool = True) -> None:
-        from tqdm.auto import tqdm
+        from headway.progress import tracked
 
-        quiet = not progress or len(jobs) < 2
-        for job in tqdm(jobs, desc=desc, unit="ensemble", disable=True if quiet else None,  # None: on a terminal only
-                        dynamic_ncols=True, leave=False):
+        for job in tracked(jobs, desc, "ensemble", enabled=progress and len(jobs) > 1, leave=False):
             job.fn(*job.args)
 
 

@@ -4,7 +4,9 @@ A packed layout sums the embeddings of several slot ids at one position (e.g. a 
 one-token-per-position libraries cannot. The exact translation is a combined vocabulary: every tuple of
 slot ids becomes one id whose embedding row is the sum of the slots' rows, so the model's first residual
 stream is unchanged. Slot s holds ids s·slot_vocab … (s+1)·slot_vocab − 1 (`Task.slot_vocab`); the tuple
-(d₀, …, d_{k−1}) of slot-relative ids maps to Σ d_s·slot_vocab^(k−1−s).
+(d₀, …, d_{k−1}) of slot-relative ids maps to offset + Σ d_s·slot_vocab^(k−1−s). The offset is the number of
+raw ids, k·slot_vocab, and the rows below it are NaN: raw headway ids handed to the library unmapped give NaN
+outputs, never numbers that look right.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ class TokenMap:
     slots: int
     slot_vocab: int
     slot_axis: bool
+    offset: int = 0  # the first combined id (k·slot_vocab for a packed layout; 0 for an export from before it)
 
     @property
     def d_vocab(self) -> int:
-        """Ids after mapping: slot_vocab ** slots."""
-        return self.slot_vocab**self.slots
+        """Ids after mapping: offset + slot_vocab ** slots."""
+        return self.offset + self.slot_vocab**self.slots
 
     def __call__(self, tokens: Tensor | np.ndarray) -> Tensor:
         """One id per position, [..., pos] (int64); ids outside their slot's range are refused."""
@@ -49,26 +52,27 @@ class TokenMap:
             raise ConfigError(f"token ids outside their slot's range: slot s holds "
                               f"s·{self.slot_vocab} … (s+1)·{self.slot_vocab} − 1")
         weights = self.slot_vocab ** torch.arange(self.slots - 1, -1, -1, device=tokens.device)
-        return (digits * weights).sum(dim=-1)
+        return self.offset + (digits * weights).sum(dim=-1)
 
     def combined_embedding(self, w_e: Tensor) -> Tensor:
-        """The [slot_vocab ** slots, d_model] embedding whose row for a tuple is the sum of its slots' rows."""
+        """The [d_vocab, d_model] embedding: `offset` NaN rows, then for every tuple the sum of its slots' rows."""
         rows = w_e.reshape(self.slots, self.slot_vocab, w_e.shape[-1])
         combined = rows[0]
         for slot in range(1, self.slots):
             combined = (combined[:, None, :] + rows[slot][None, :, :]).reshape(-1, w_e.shape[-1])
-        return combined
+        return torch.cat([w_e.new_full((self.offset, w_e.shape[-1]), float("nan")), combined])
 
     def to_dict(self) -> dict[str, Any]:
-        """The map's two numbers, for the export's files."""
+        """The map's numbers, for the export's files."""
         return asdict(self)
 
 
 def token_map(task: Task, d_model: int) -> TokenMap:
-    """The map for a model of `task`; refused when the combined vocabulary would not fit (naming its
-    size and the flat layout as the way out)."""
+    """The map for a model of `task` (a packed one's combined ids after the raw ids); refused when the combined
+    vocabulary would not fit (naming its size and the flat layout as the way out)."""
     slot_axis = task.draw(1, np.random.default_rng(0)).tokens.ndim == 3
-    mapping = TokenMap(task.n_slots, task.slot_vocab, slot_axis)
+    offset = task.n_slots * task.slot_vocab if task.n_slots > 1 else 0
+    mapping = TokenMap(task.n_slots, task.slot_vocab, slot_axis, offset)
     slots = task.n_slots
     if mapping.d_vocab > MAX_COMBINED_VOCAB:
         raise ConfigError(f"the packed layout's combined vocabulary has {mapping.d_vocab} ids "

@@ -7,22 +7,23 @@ names and shapes are already TransformerLens'. TransformerLens 3.x, where instal
 `HookedTransformer` loaded with the same state dict. Nothing is folded or centred, so the model computes
 headway's function exactly (to float rounding).
 
-Packed layouts go through a combined vocabulary (`headway.export.tokens`). Readout: TransformerLens
-returns [batch, pos, d_out] at every position; headway reads the last position (retrieval: every
-target's block of `vocab` outputs side by side) or the last `readout_positions` (sorting), which
-`TransformerLensExport.outputs` picks. A run trained with the MSE loss reads its outputs as regressions
-onto one-hot targets, so a constant shift changes them: TransformerLens' `center_unembed` and `fold_ln`
-(both on by default in `enable_compatibility_mode` and `process_weights`) are refused on such a model.
-`fold_ln` is refused because TransformerLens 4.3, folding the final LayerNorm, tells the unembedding's
-layout apart by `d_vocab` and, when d_vocab ≠ d_vocab_out (every headway task), centres it over the
-outputs instead of over d_model (measured: a shift of up to 0.09 on a trained retrieval model; 3.x
-folds it exactly and keeps fold_ln). For a cross-entropy run both only add one constant per position
-and leave every softmax as it was.
+Packed layouts go through a combined vocabulary (`headway.export.tokens`) whose ids start after the raw
+headway ids, whose embedding rows are NaN: headway's slot ids fed in as they are give NaN outputs, never
+other numbers. Readout: TransformerLens returns [batch, pos, d_out] at every position; headway reads the
+last position (retrieval: every target's block of `vocab` outputs side by side) or the last
+`readout_positions` (sorting), which `TransformerLensExport.outputs` picks.
+
+A run trained with the MSE loss reads its outputs as regressions onto one-hot targets, so a constant shift
+changes them, and TransformerLens' default weight processing (`enable_compatibility_mode`, `process_weights`)
+centres the unembedding (`center_unembed`; and TransformerLens 4.3's `fold_ln`, which centres it over the
+outputs when d_vocab ≠ d_vocab_out). Such an export has one more output column, minus the sum of the others,
+so every row of W_U and b_U has mean zero over the outputs and centring changes nothing: the default
+processing keeps every output (tested). `outputs` drops the column. A cross-entropy export has none: a
+constant per position leaves every softmax as it was.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import json
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from torch import Tensor
 
 from headway.errors import ConfigError
 from headway.export.tokens import TokenMap, token_map
-from headway.model.config import ModelConfig
+from headway.model.config import LensConfig
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps
 from headway.runs.config import RunConfig
@@ -56,14 +57,12 @@ def transformer_lens_major() -> int:
         raise ConfigError(f"TransformerLens is not installed; run: {_INSTALL}") from None
 
 
-def bridge_config(model: ModelConfig, n_ctx: int, d_vocab: int, d_out: int) -> dict[str, Any]:
-    """TransformerBridgeConfig fields (HookedTransformerConfig's, for 3.x) of a headway model shape."""
-    return {
-        "d_model": model.d_model, "n_layers": model.layers, "n_heads": model.heads, "d_head": model.head_dim,
-        "d_mlp": model.mlp_dim or None, "attn_only": model.mlp_dim == 0, "n_ctx": n_ctx, "d_vocab": d_vocab,
-        "d_vocab_out": d_out, "act_fn": "gelu", "eps": 1e-5, "normalization_type": "LN" if model.layernorm else None,
-        "attention_dir": model.attention, "positional_embedding_type": "standard", "default_prepend_bos": False,
-    }
+def balanced_unembedding(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`state` with one more output: W_U's and b_U's last column minus the sum of the others, so that every row
+    has mean zero over the outputs and TransformerLens' centring of the unembedding changes no output."""
+    w_u, b_u = state["unembed.W_U"], state["unembed.b_U"]
+    return {**state, "unembed.W_U": torch.cat([w_u, -w_u.sum(-1, keepdim=True)], dim=-1),
+            "unembed.b_U": torch.cat([b_u, -b_u.sum(-1, keepdim=True)])}
 
 
 @dataclass
@@ -77,10 +76,12 @@ class TransformerLensExport:
     loss: str
     run_id: str
     step: int
+    d_out: int  # headway's outputs: the first d_out of TransformerLens' (an MSE export adds a balancing column)
 
     def outputs(self, logits: Tensor) -> Tensor:
-        """headway's outputs from TransformerLens logits [batch, pos, d_out]: [batch, d_out] at the last
+        """headway's outputs from TransformerLens logits [batch, pos, d_vocab_out]: [batch, d_out] at the last
         position, or [batch, k, d_out] at the last k when the task reads out k positions."""
+        logits = logits[..., : self.d_out]
         if self.readout_positions == 1:
             return logits[:, -1]
         return logits[:, -self.readout_positions :]
@@ -92,32 +93,6 @@ class TransformerLensExport:
 
 def _device_of(model: Any) -> torch.device:
     return next(model.parameters()).device
-
-
-def _refusing_output_shifts(method: Any, steps: tuple[str, ...]) -> Any:
-    """`method` (process_weights / enable_compatibility_mode / process_weights_) with the processing
-    `steps` that shift every output of a position by one constant refused, unless processing is off."""
-    @functools.wraps(method)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        shifting = [name for name in steps if kwargs.get(name, True)]
-        if shifting and not kwargs.get("no_processing", False):
-            why = "regressions onto one-hot targets, not logits"
-            if "fold_ln" in shifting:
-                why += ("; TransformerLens 4.x's fold_ln centres the unembedding over the outputs when "
-                        "d_vocab ≠ d_vocab_out")
-            raise ConfigError(f"{' and '.join(shifting)} would shift the outputs of a run trained with the MSE loss "
-                              f"({why}); pass " + ", ".join(f"{name}=False" for name in shifting))
-        return method(*args, **kwargs)
-    return guarded
-
-
-def _guard_mse(model: Any) -> None:
-    """Refuse the weight processing that shifts an MSE run's outputs: center_unembed, and on
-    TransformerLens 4.x fold_ln (3.x folds the final LayerNorm exactly; checked with 3.9)."""
-    steps = ("center_unembed", "fold_ln") if transformer_lens_major() >= 4 else ("center_unembed",)
-    for name in ("process_weights", "enable_compatibility_mode", "process_weights_"):
-        if hasattr(model, name):
-            setattr(model, name, _refusing_output_shifts(getattr(model, name), steps))
 
 
 def _build(config: dict[str, Any], state: dict[str, Tensor], device: str | torch.device) -> Any:
@@ -168,13 +143,14 @@ def to_transformer_lens(path: Path | str, instance: int | None = None, step: int
     mapping = token_map(run.task, run.model.d_model)
     state = model.instance_state(0)
     state["embed.W_E"] = mapping.combined_embedding(state["embed.W_E"])
-    config = bridge_config(run.model, run.task.n_ctx, mapping.d_vocab, run.task.d_out)
-    tl_model = _build(config, state, device)
+    d_out = run.task.d_out
     if run.train.loss == "mse":
-        _guard_mse(tl_model)
+        state = balanced_unembedding(state)
+    config = LensConfig.of(run.model, run.task.n_ctx, mapping.d_vocab, state["unembed.b_U"].shape[0]).to_dict()
+    tl_model = _build(config, state, device)
     used = checkpoint_steps(run_dir)[-1] if step is None else int(step)
     return TransformerLensExport(tl_model, config, mapping, run.task.readout_positions, run.train.loss, run.run_id,
-                                 used)
+                                 used, d_out)
 
 
 def write_export(export: TransformerLensExport, out: Path | str) -> TransformerLensExport:
@@ -189,7 +165,7 @@ def write_export(export: TransformerLensExport, out: Path | str) -> TransformerL
     state = {k: v.detach().contiguous().cpu() for k, v in export.model.state_dict().items()}
     checksums = {CONFIG_FILE: layout.write_text(out / CONFIG_FILE, json.dumps(export.config, indent=2)),
                  WEIGHTS_FILE: layout.write_bytes(out / WEIGHTS_FILE, save(state))}
-    meta = {"run_id": export.run_id, "step": export.step, "loss": export.loss,
+    meta = {"run_id": export.run_id, "step": export.step, "loss": export.loss, "d_out": export.d_out,
             "readout_positions": export.readout_positions, "token_map": export.tokens.to_dict(),
             "checksums": checksums}
     layout.write_json(out / HEADWAY_FILE, meta)  # checked, and last: a folder without it is no export yet
@@ -216,7 +192,5 @@ def load_export(folder: Path | str, device: str | torch.device = "cpu") -> Trans
     model = TransformerBridge.boot_native(
         TransformerBridgeConfig(**config, architecture="TransformerLensNative", init_weights=False), device=device)
     model.load_state_dict({name: tensor.to(device) for name, tensor in weights.items()}, strict=True)
-    if meta["loss"] == "mse":
-        _guard_mse(model)
     return TransformerLensExport(model, config, TokenMap(**meta["token_map"]), meta["readout_positions"],
-                                 meta["loss"], meta["run_id"], meta["step"])
+                                 meta["loss"], meta["run_id"], meta["step"], meta.get("d_out", config["d_vocab_out"]))

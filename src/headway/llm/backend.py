@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from headway.errors import ConfigError
 
+BACKENDS = ("hf", "http", "vllm")  # --backend: transformers in process, an OpenAI-compatible server, vLLM
 # Called with the number of requests just finished, so callers can drive a progress bar.
 Progress = Callable[[int], None]
 

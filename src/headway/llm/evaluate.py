@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from headway.analysis.statistics import wilson_interval
 from headway.errors import ConfigError
 from headway.llm.backend import Backend, LoglikRequest
-from headway.llm.scoring import parse_reply, pick_option
+from headway.llm.scoring import SCORINGS, parse_reply, pick_option
+from headway.progress import progress
 from headway.tasks.retrieval.prompts.questions import Question
 
-SCORINGS = ("loglik", "generate", "both")
 # Metric name of each scoring rule in the results table.
 METRICS = {"loglik": ("acc", "acc_norm"), "generate": ("exact_match",)}
 
@@ -47,8 +46,7 @@ def evaluate(questions: Sequence[Question], backend: Backend, scoring: str = "lo
          "answer_index": q.answer_index, "answer": q.answer}
         for q in questions
     ]
-    with tqdm(total=total, desc=f"{backend.kind} {backend.model_id[-40:]}", unit="req", disable=not show_progress,
-              dynamic_ncols=True) as bar:
+    with progress(total, f"{backend.kind} {backend.model_id[-40:]}", "request", enabled=show_progress) as bar:
         if requests:
             logliks = backend.loglikelihood(requests, progress=bar.update)
             _add_loglik(rows, questions, logliks)
@@ -81,12 +79,32 @@ def _add_generate(rows: list[dict], questions: Sequence[Question], replies: Sequ
 def summarise(per_question: pd.DataFrame) -> pd.DataFrame:
     """Per formulation × hops × metric: n, correct, accuracy, Wilson 95% interval, chance, unparseable."""
     out = []
-    metrics = [m for ms in METRICS.values() for m in ms if m in per_question]
     for (formulation, hops), cell in per_question.groupby(["formulation", "hops"], sort=True):
-        for metric in metrics:
-            n, correct = len(cell), int(cell[metric].sum())
-            low, high = wilson_interval(correct, n)
-            out.append({"formulation": formulation, "hops": int(hops), "metric": metric, "n": n, "correct": correct,
-                        "accuracy": correct / n, "ci_low": low, "ci_high": high, "chance": float(cell["chance"].mean()),
-                        "unparseable": int(cell["unparseable"].sum()) if metric == "exact_match" else 0})
+        out += [{"formulation": formulation, "hops": int(hops), **row} for row in _scores(cell)]
     return pd.DataFrame(out)
+
+
+def group_scores(per_question: pd.DataFrame) -> pd.DataFrame:
+    """lm-evaluation-harness' group scores: per formulation over all its hop counts, and over every question
+    ("all"), each question counted once (the exported groups' `weight_by_size`; equal cells make it the mean of
+    the cells). Columns: group (the lm-eval group's name), formulation, then `summarise`'s per metric."""
+    from headway.tasks.retrieval.prompts.harness import GROUP, task_name
+
+    out = [{"group": task_name(formulation), "formulation": formulation, **row}
+           for formulation, questions in per_question.groupby("formulation", sort=True)
+           for row in _scores(questions)]
+    out += [{"group": GROUP, "formulation": "all", **row} for row in _scores(per_question)]
+    return pd.DataFrame(out)
+
+
+def _scores(questions: pd.DataFrame) -> list[dict]:
+    """One row per metric scored in `questions`: n, correct, accuracy, Wilson 95% interval, mean chance and
+    unparseable replies (exact_match only)."""
+    rows = []
+    for metric in (m for ms in METRICS.values() for m in ms if m in questions):
+        n, correct = len(questions), int(questions[metric].sum())
+        low, high = wilson_interval(correct, n)
+        rows.append({"metric": metric, "n": n, "correct": correct, "accuracy": correct / n, "ci_low": low,
+                     "ci_high": high, "chance": float(questions["chance"].mean()),
+                     "unparseable": int(questions["unparseable"].sum()) if metric == "exact_match" else 0})
+    return rows

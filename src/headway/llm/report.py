@@ -31,24 +31,29 @@ POWER = 0.8  # the power at which a design's detectable accuracy is quoted besid
 ABOVE_RULE = f"(one-sided exact binomial test against chance, p < {ALPHA:g})"
 
 
-def write_report(out: Path, results: pd.DataFrame, per_question: pd.DataFrame, questions: Sequence[Question],
-                 meta: dict) -> Path:
-    """Write `out/report.html` (its figure under `out/figures`) from the evaluation's tables; return its path."""
+def write_report(out: Path, results: pd.DataFrame, groups: pd.DataFrame, per_question: pd.DataFrame,
+                 questions: Sequence[Question], meta: dict) -> Path:
+    """Write `out/report.html` (its figure under `out/figures`) from the evaluation's tables (`groups`: the
+    per-formulation and overall scores of `group_scores`); return its path."""
     out = Path(out)
-    subtitle = " · ".join(f"{name} {code_span(str(meta[key]))}" for key, name in (("model", "model"),
-                                                                                   ("backend", "backend")) if key in meta)
+    shown = {**meta, "model": model_label(str(meta["model"]))} if "model" in meta else meta
+    subtitle = " · ".join(f"{name} {code_span(str(shown[key]))}" for key, name in (("model", "model"),
+                                                                                    ("backend", "backend")) if key in meta)
     report = Report("Prompted language models on the retrieval formulations", subtitle)
-    _summary(report, results, questions, meta)
+    _summary(report, results, questions, shown)
     _verdicts(report, results)
-    _figure(report, results, out / FIGURE, meta)
+    _groups(report, groups)
+    _figure(report, results, out / FIGURE, shown)
     _results(report, results)
     _examples(report, questions, per_question)
     return report.write(out / "report.html")
 
 
 def model_label(model_id: str) -> str:
-    """A model's short name for titles: the file or folder name of a local path, else the id as given."""
-    return model_id.rsplit("/", 1)[-1] if model_id.startswith("/") else model_id
+    """A model's name for the report: the file or folder name of a local path (no absolute path is shown; the
+    full id stays in summary.json), else the id as given."""
+    path = Path(model_id)
+    return path.name if path.is_absolute() or model_id.startswith("~") else model_id
 
 
 def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
@@ -182,6 +187,34 @@ def _verdicts(report: Report, results: pd.DataFrame) -> None:
         "number of questions: a null result rules out only accuracies above it.")
     report.bullets([verdict(results, key, metric) for key in formulation_order(results.formulation)
                     for metric in metric_order(results[results.formulation == key].metric)])
+
+
+def groups_table(groups: pd.DataFrame) -> pd.DataFrame:
+    """The group scores for reading: per formulation, then over every question, per metric."""
+    metrics = metric_order(groups.metric)
+    order = [*formulation_order(groups.formulation[groups.formulation != "all"]), "all"]
+    rows = groups.assign(_f=groups.formulation.map(order.index), _m=groups.metric.map(metrics.index)) \
+        .sort_values(["_f", "_m"]).reset_index(drop=True)
+    return pd.DataFrame({
+        "formulation": rows.formulation.map(lambda key: "all" if key == "all" else FORMULATIONS[key].label),
+        "lm-eval group": rows.group,
+        "metric": rows.metric,
+        "n": rows.n,
+        "correct": rows.correct,
+        "accuracy": rows.accuracy.map(_percent),
+        "95% interval": [f"{_percent(low)} – {_percent(high)}" for low, high in zip(rows.ci_low, rows.ci_high)],
+        "mean chance": rows.chance.map(_percent),
+    })
+
+
+def _groups(report: Report, groups: pd.DataFrame) -> None:
+    """Per formulation and overall, as lm-evaluation-harness reports its groups."""
+    report.section("Per formulation and overall")
+    report.table(groups_table(groups),
+                 "Accuracy over all hop counts of each formulation and over every question, each question counted "
+                 "once: the group scores lm-evaluation-harness reports for the exported tasks (`headway data "
+                 "prompts`), with the Wilson 95% interval and the mean chance level of the questions.",
+                 max_rows=max(len(groups), 1))
 
 
 def _figure(report: Report, results: pd.DataFrame, path: Path, meta: dict) -> None:

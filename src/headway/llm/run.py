@@ -19,9 +19,9 @@ import pandas as pd
 from headway.errors import ConfigError
 from headway.execution.devices import resolve_device
 from headway.limits import MAX_LLM_BATCH
-from headway.llm.backend import Backend
+from headway.llm.backend import BACKENDS, Backend
 from headway.llm.cache import CachedBackend, ResponseCache
-from headway.llm.evaluate import METRICS, evaluate, scoring_modes, summarise
+from headway.llm.evaluate import METRICS, evaluate, group_scores, scoring_modes, summarise
 from headway.llm.http import check_connection
 from headway.runs import layout
 from headway.settings import check_int
@@ -34,8 +34,8 @@ from headway.tasks.retrieval.prompts.questions import (
     write_questions,
 )
 
-BACKENDS = ("hf", "http", "vllm")
 PREDICTIONS, RESULTS, SUMMARY = "predictions.csv", "results.csv", "summary.json"  # the outputs read back
+GROUPS = "groups.csv"  # per formulation and overall: lm-eval's group scores
 
 
 @dataclass(frozen=True)
@@ -89,10 +89,12 @@ def open_backend(settings: BackendSettings) -> Backend:
 
 @dataclass
 class EvalResult:
-    """What an evaluation produced: per-question rows, the per-cell table and the run's metadata."""
+    """What an evaluation produced: per-question rows, the per-cell table, the per-formulation and overall
+    scores (lm-eval's groups) and the run's metadata."""
 
     per_question: pd.DataFrame
     results: pd.DataFrame
+    groups: pd.DataFrame
     meta: dict[str, Any]
     out: Path
 
@@ -201,17 +203,18 @@ def _unreadable(path: Path, err: Exception) -> ConfigError:
 
 def _write_outputs(out: Path, per_question: pd.DataFrame, questions: list[Question],
                    meta: dict[str, Any], predictions: str) -> EvalResult:
-    """results.csv (one row per cell and metric), summary.json and report.html from the per-question rows, each
-    written atomically; summary.json (checked) holds the checksums of both CSV files (`predictions`: that of
-    predictions.csv), which are how `rewrite_outputs` knows them intact."""
-    results = summarise(per_question)
-    checksums = {PREDICTIONS: predictions, RESULTS: layout.write_text(out / RESULTS, results.to_csv(index=False))}
+    """results.csv (one row per cell and metric), groups.csv (per formulation and overall), summary.json and
+    report.html from the per-question rows, each written atomically; summary.json (checked) holds the checksums
+    of the CSV files (`predictions`: that of predictions.csv), which are how `rewrite_outputs` knows them intact."""
+    results, groups = summarise(per_question), group_scores(per_question)
+    checksums = {PREDICTIONS: predictions, RESULTS: layout.write_text(out / RESULTS, results.to_csv(index=False)),
+                 GROUPS: layout.write_text(out / GROUPS, groups.to_csv(index=False))}
     layout.write_json(out / SUMMARY, {"meta": meta, "results": results.to_dict(orient="records"),
-                                      "checksums": checksums})
+                                      "groups": groups.to_dict(orient="records"), "checksums": checksums})
     from headway.llm.report import write_report
 
-    write_report(out, results, per_question, questions, meta)
-    return EvalResult(per_question, results, meta, out)
+    write_report(out, results, groups, per_question, questions, meta)
+    return EvalResult(per_question, results, groups, meta, out)
 
 
 # The meta key of each QuestionSet field whose key differs from the field's name.

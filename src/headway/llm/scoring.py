@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+SCORINGS = ("loglik", "generate", "both")  # --scoring: options by log-likelihood, a parsed reply, or both
+
 
 def pick_option(logliks: Sequence[float], choices: Sequence[str], normalise: bool) -> int:
     """Index of the best option: the highest log-likelihood (`acc`), or the highest per character of

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from headway.errors import ConfigError
@@ -73,3 +73,37 @@ class ModelConfig(Settings):
         if self.d_mlp == 4 * self.d_model:
             out["d_mlp"] = None
         return out
+
+
+@dataclass(frozen=True)
+class LensConfig:
+    """A model's shape under TransformerLens' config names (`cfg.n_layers`, `cfg.d_vocab_out`, …): what the
+    single-model view shows as `cfg` and what an export hands TransformerLens' TransformerBridgeConfig."""
+
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_mlp: int | None  # None when attention-only, as TransformerLens writes it
+    attn_only: bool
+    n_ctx: int
+    d_vocab: int
+    d_vocab_out: int
+    act_fn: str = "gelu"
+    eps: float = 1e-5
+    normalization_type: str | None = "LN"
+    attention_dir: str = "causal"
+    positional_embedding_type: str = "standard"
+    default_prepend_bos: bool = False
+
+    @classmethod
+    def of(cls, model: ModelConfig, n_ctx: int, d_vocab: int, d_out: int) -> LensConfig:
+        """The TransformerLens names of a headway model shape with `d_vocab` input ids and `d_out` outputs."""
+        return cls(d_model=model.d_model, n_layers=model.layers, n_heads=model.heads, d_head=model.head_dim,
+                   d_mlp=model.mlp_dim or None, attn_only=model.mlp_dim == 0, n_ctx=n_ctx, d_vocab=d_vocab,
+                   d_vocab_out=d_out, normalization_type="LN" if model.layernorm else None,
+                   attention_dir=model.attention)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as TransformerBridgeConfig (HookedTransformerConfig on 3.x) keywords."""
+        return asdict(self)

@@ -8,11 +8,14 @@ exists exactly when a module emits it, and no list of names is kept by hand.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from torch import Tensor, nn
 
 Hook = Callable[[Tensor, str], Tensor | None]
+# Which hook points a call reads (TransformerLens' `names_filter`): None for all, one name, a list of names,
+# or a predicate on the name.
+NamesFilter = str | Iterable[str] | Callable[[str], bool] | None
 
 
 class HookDispatch:
@@ -57,3 +60,17 @@ def name_hook_points(root: nn.Module) -> list[str]:
             names.extend(module.hook.values())
     return names
 
+
+
+def filter_names(names_filter: NamesFilter, names: Sequence[str]) -> list[str]:
+    """The hook points of `names` that `names_filter` selects, in model order: all for None, those a
+    predicate accepts, or the names given (each must exist: an unknown name raises KeyError naming it)."""
+    if names_filter is None:
+        return list(names)
+    if callable(names_filter):
+        return [name for name in names if names_filter(name)]
+    wanted = [names_filter] if isinstance(names_filter, str) else list(names_filter)
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise KeyError(f"unknown hook names {unknown}; see the model's hook_names()")
+    return wanted

@@ -10,7 +10,8 @@ Hook names come from the module tree (`headway.model.hooks`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -18,8 +19,11 @@ from torch import Tensor, nn
 
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
-from headway.model.hooks import Hook, HookDispatch, HookedModule, name_hook_points
+from headway.model.hooks import Hook, HookDispatch, HookedModule, NamesFilter, filter_names, name_hook_points
 from headway.settings import is_integer
+
+if TYPE_CHECKING:
+    from headway.model.single import SingleModel
 
 INIT_STD = 0.02
 
@@ -221,7 +225,9 @@ class EnsembleTransformer(HookedModule):
         run = HookDispatch(hooks)
         e, b, s = tokens.shape[:3]
         if e != self.n_instances:
-            raise ValueError(f"tokens have {e} instances on axis 0; this ensemble has {self.n_instances}")
+            raise ValueError(f"tokens of shape {tuple(tokens.shape)} have {e} on axis 0, the instance axis, but this "
+                             f"ensemble has {self.n_instances} instance(s): give tokens [instances, batch, pos(, "
+                             "slots)], or use model.instance(e) for one model without the instance axis")
         if s > self.n_ctx:
             raise ValueError(f"sequence length {s} exceeds n_ctx = {self.n_ctx}")
         offsets = torch.arange(e, device=tokens.device).view(e, *([1] * (tokens.dim() - 1))) * self.d_vocab
@@ -244,15 +250,16 @@ class EnsembleTransformer(HookedModule):
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
-    def run_with_cache(self, tokens: Tensor, names: Iterable[str] | None = None,
+    def run_with_cache(self, tokens: Tensor, names: NamesFilter = None,
                        readout: str | int = "last") -> tuple[Tensor, dict[str, Tensor]]:
-        """Forward that also returns the named activations (all hook points by default)."""
+        """Forward that also returns the named activations: all hook points by default, or those `names`
+        selects (a name, a list of names or a predicate on the name, like TransformerLens' names_filter)."""
         cache: dict[str, Tensor] = {}
 
         def store(tensor: Tensor, name: str) -> None:
             cache[name] = tensor.detach()
 
-        wanted = self.hook_names() if names is None else list(names)
+        wanted = filter_names(names, self._hook_names)
         out = self.forward(tokens, hooks={name: store for name in wanted}, readout=readout)
         return out, cache
 
@@ -277,6 +284,18 @@ class EnsembleTransformer(HookedModule):
         if name not in self._hook_set:
             raise KeyError(f"unknown hook point {name!r}; see EnsembleTransformer.hook_names()")
         return name
+
+    def instance(self, index: int) -> SingleModel:
+        """Instance `index` as a single model without the instance axis, with TransformerLens' names and
+        habits (`headway.model.single`); it holds a copy of that instance's weights."""
+        from headway.model.single import SingleModel
+
+        if not is_integer(index) or not -self.n_instances <= index < self.n_instances:
+            raise IndexError(f"instance {index!r} is out of range; this ensemble has instances "
+                             f"0..{self.n_instances - 1}")
+        one = EnsembleTransformer(self.cfg, self.d_vocab, self.n_ctx, self.d_out, 1, self.embed.W_E.device)
+        one.load_instances({name: param.detach() for name, param in self.named_parameters()}, [int(index)])
+        return SingleModel(one)
 
     def instance_state(self, index: int) -> dict[str, Tensor]:
         """The weights of one instance, without the instance axis (TransformerLens shapes)."""

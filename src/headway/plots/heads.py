@@ -13,6 +13,9 @@ from matplotlib.patches import Rectangle
 ROLE_COLOURS = {"link→next": "#1b9e77", "link→prev": "#66a61e", "query→class": "#e6ab02",
                 "query→rule": "#a6761d", "none": "#bdbdbd"}
 _QUERY_COLOURS = ["#d95f02", "#7570b3", "#e7298a", "#e41a1c", "#377eb8", "#984ea3", "#ff7f00", "#a65628"]
+# Attention maps side by side at most, and the figure's width: a report column is 1000 pixels (10 inches at the
+# figure's 100 dpi), so panels this size are shown unscaled and their 8-point labels stay readable.
+MAP_COLUMNS, MAP_WIDTH_IN, MAP_DPI = 3, 10.0, 100
 
 
 def role_colour(role: str) -> str:
@@ -27,30 +30,33 @@ def plot_attention_maps(patterns: np.ndarray, heads: pd.DataFrame, labels: list[
     """Statement-level attention ([L, H, P, P], one model, one example) of each head in `heads`
     (rows with layer, head, role); statements of the queried chain and the query are labelled in bold red."""
     n = max(len(heads), 1)
-    cols = min(n, 4)
+    cols = min(n, MAP_COLUMNS)
     rows = -(-n // cols)
-    size = 0.28 * len(labels) + 1.2
-    fig = Figure(figsize=(cols * size, rows * size + 0.6))
+    panel = MAP_WIDTH_IN / MAP_COLUMNS
+    tick_size = 8 if len(labels) <= 16 else 6.5
+    fig = Figure(figsize=(cols * panel, rows * (panel + 0.2) + 0.7), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, row in zip(axes.ravel(), heads.itertuples()):
+    for index, (ax, row) in enumerate(zip(axes.ravel(), heads.itertuples())):
         ax.imshow(patterns[row.layer, row.head], cmap="Blues", vmin=0, vmax=1)
-        ax.set_title(f"L{row.layer + 1}H{row.head}  {row.role}", fontsize=9, color=role_colour(row.role))
+        ax.set_title(f"L{row.layer + 1}H{row.head}  {row.role}", fontsize=11,
+                     color=role_colour(row.role) if row.role != "none" else "#4d4d4d")
         ticks = range(len(labels))
-        ax.set_xticks(ticks, labels, rotation=90, fontsize=6)
-        ax.set_yticks(ticks, labels, fontsize=6)
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=tick_size)
+        ax.set_yticks(ticks, labels, fontsize=tick_size)
         for tick_labels in (ax.get_xticklabels(), ax.get_yticklabels()):
             for i, tick in enumerate(tick_labels):
                 if i in chain_statements or i == len(labels) - 1:
                     tick.set_color("#cb181d")
                     tick.set_fontweight("bold")
-        ax.set_xlabel("attended statement", fontsize=7)
-        ax.set_ylabel("from statement", fontsize=7)
+        if index // cols == rows - 1 or index + cols >= len(heads):  # the lowest panel of its column
+            ax.set_xlabel("attended statement", fontsize=9)
+        if index % cols == 0:
+            ax.set_ylabel("from statement", fontsize=9)
     for ax in axes.ravel()[len(heads):]:
         ax.set_visible(False)
-    fig.suptitle(textwrap.fill(title, width=int(cols * size * 11)), fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(textwrap.fill(title, width=int(cols * panel * 11)), fontsize=11)
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=MAP_DPI)
     return path
 
 

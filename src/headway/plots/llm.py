@@ -24,6 +24,8 @@ METRIC_STYLE = {
 }
 # Horizontal shift per metric so error bars at the same hop count do not hide each other.
 DODGE = 0.08
+# Panels side by side at most: five in one row shrink to unreadable type in a 1000-pixel report column.
+PANELS_PER_ROW = 3
 
 
 def formulation_order(keys: Iterable[str]) -> list[str]:
@@ -50,17 +52,21 @@ def accuracy_vs_hops(results: pd.DataFrame, path: Path, *, title: str | None = N
     if results.empty:
         raise ConfigError("results is empty; at least one formulation × hops × metric row is needed to plot")
     keys = formulation_order(results.formulation)
-    fig = Figure(figsize=(1.0 + 3.0 * len(keys), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(keys), sharey=True, squeeze=False)
-    for ax, key in zip(axes[0], keys, strict=True):
+    columns = min(len(keys), PANELS_PER_ROW)
+    rows = -(-len(keys) // columns)
+    fig = Figure(figsize=(0.8 + 3.4 * columns, 0.9 + 2.9 * rows), layout="constrained")
+    axes = fig.subplots(rows, columns, sharey=True, squeeze=False)
+    for ax, key in zip(axes.flat, keys):
         _panel(ax, results[results.formulation == key], FORMULATIONS[key].label)
+    for ax in list(axes.flat)[len(keys):]:  # an empty slot of the last row
+        ax.set_visible(False)
     axes[0, 0].set_ylim(-0.02, 1.02)
-    axes[0, 0].set_ylabel("accuracy")
+    for row in axes:
+        row[0].set_ylabel("accuracy")
     legend = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels())}
     legend = dict(sorted(legend.items(), key=lambda item: item[0] == "chance"))  # metrics first, chance last
-    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=len(legend), fontsize=8,
-               frameon=False)
-    fig.suptitle(title or "Accuracy over hops (error bars: Wilson 95% interval)", fontsize=10)
+    fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=len(legend), frameon=False)
+    fig.suptitle(title or "Accuracy over hops (error bars: Wilson 95% interval)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150)
@@ -85,7 +91,7 @@ def _panel(ax: Axes, rows: pd.DataFrame, label: str) -> None:
     ax.set_xlim(edges[0], edges[-1])
     ax.set_xticks(hops, [str(int(h)) for h in hops])
     ax.set_xlabel("hops")
-    ax.set_title(label, fontsize=9)
+    ax.set_title(label)
     ax.grid(axis="y", alpha=0.3)
 
 

@@ -17,7 +17,7 @@ def plot_grokking(metrics: pd.DataFrame, runs: pd.DataFrame) -> Figure:
     """Per weight decay, every run's training-set accuracy (solid) and test accuracy (dashed) over
     training; dotted lines mark each run's grokking step."""
     decays = sorted(runs.weight_decay.unique(), reverse=True)
-    fig = Figure(figsize=(5.0 * len(decays), 3.8))
+    fig = Figure(figsize=(5.0 * len(decays), 4.3), layout="constrained")
     axes = fig.subplots(1, len(decays), squeeze=False, sharey=True)[0]
     colours = matplotlib.colormaps["tab10"]
     for ax, wd in zip(axes, decays):
@@ -29,9 +29,9 @@ def plot_grokking(metrics: pd.DataFrame, runs: pd.DataFrame) -> Figure:
             if np.isfinite(run.generalised_step):
                 ax.axvline(run.generalised_step, color=colours(i % 10), ls=":", lw=1)
         ax.set(xscale="log", xlabel="step", title=_decay_label(wd))
-        ax.legend(fontsize=7, title="solid: train, dashed: test", title_fontsize=7)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2, fontsize=8, frameon=False,
+                  title="solid: train, dashed: test", title_fontsize=8)  # below the panel, off the curves
     axes[0].set_ylabel("accuracy")
-    fig.tight_layout()
     return fig
 
 

@@ -10,6 +10,7 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from headway.plots.style import OUTSIDE
 from headway.tasks.sorting.effects import GAP_BINS
 from headway.tasks.sorting.modes import MODES
 
@@ -63,7 +64,7 @@ def plot_mode_fractions(fractions: pd.DataFrame) -> Figure:
     """Fraction of seeds in each mode against the realised mean gap δ̄; solid with weight decay,
     dashed without, with the Wilson intervals as error bars. `fractions` has columns weight_decay, mean_gap,
     mode, fraction, ci_low, ci_high."""
-    fig = Figure(figsize=(6.5, 4))
+    fig = Figure(figsize=(8.5, 4), layout="constrained")
     ax = fig.subplots()
     for (wd, mode), frame in fractions.groupby(["weight_decay", "mode"]):
         frame = frame.sort_values("mean_gap")
@@ -73,8 +74,7 @@ def plot_mode_fractions(fractions: pd.DataFrame) -> Figure:
                     label=f"{mode.replace('_', '-')}, {_decay_label(wd)}")
     ax.set(xlabel="mean gap δ̄ between adjacent sorted numbers (measured)", ylabel="fraction of seeds",
            ylim=(-0.03, 1.03), title="Which mode the heads settle into, by training data")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    ax.legend(**OUTSIDE)
     return fig
 
 

@@ -14,6 +14,10 @@ import pandas as pd
 _IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
 _CALLOUT_KINDS = ("note", "warning", "ok")
 _MISSING = "–"
+# Words that name a column of rates (shares, probabilities, losses): written with the table's float format even
+# when every value is whole (an accuracy of 1 is "1.000", not a count).
+RATE_WORDS = frozenset({"accuracy", "acc", "p", "power", "alpha", "α", "fraction", "rate", "share", "loss", "chance",
+                        "probability"})
 
 _STYLE = """
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; line-height: 1.55;
@@ -96,6 +100,34 @@ def _format_cell(value: object, float_format: str) -> tuple[str, bool]:
     if pd.api.types.is_float(value):
         return escape(float_format.format(value)), True
     return escape(str(value)), pd.api.types.is_number(value)
+
+
+def column_format(values: pd.Series, float_format: str) -> str:
+    """How a column's floats are written, by what they are: whole numbers (counts, steps; floats only because of a
+    missing value or a merge) as integers, unless the column's name says rates (`RATE_WORDS`); settings of at most
+    three significant digits (a weight decay 0.005, a learning rate 1e-3) as given, where `float_format` would round
+    them to another value; measurements with `float_format`."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    finite = numbers[numbers.notna() & numbers.map(lambda v: abs(v) != float("inf"))]
+    if not pd.api.types.is_float_dtype(values) or finite.empty:
+        return float_format
+    rates = bool(RATE_WORDS & set(re.split(r"[^a-zα]+", str(values.name).lower())))
+    if not rates and (finite == finite.round()).all() and finite.abs().max() < 1e15:
+        return "{:.0f}"
+    rounded = [float(float_format.format(v)) for v in finite] if _parses(float_format, finite.iloc[0]) else None
+    short = all(float(f"{v:.3g}") == v for v in finite)
+    if short and rounded is not None and any(r != v for r, v in zip(rounded, finite)):
+        return "{:g}"
+    return float_format
+
+
+def _parses(float_format: str, value: float) -> bool:
+    """Whether `float_format` writes a plain number (not a percentage or a unit) that reads back as a float."""
+    try:
+        float(float_format.format(value))
+    except ValueError:
+        return False
+    return True
 
 
 class Report:
@@ -188,12 +220,14 @@ class Report:
         return self
 
     def table(self, df: pd.DataFrame, caption: str, float_format: str = "{:.3f}", max_rows: int = 200) -> Self:
-        """A numbered table of `df` (first `max_rows` rows); NaN shows as "–" and booleans as yes/no."""
+        """A numbered table of `df` (first `max_rows` rows); NaN shows as "–", booleans as yes/no, and each float
+        column by its kind (`column_format`): whole numbers as integers, short settings as given, measurements
+        with `float_format`. A named index becomes columns; an unnamed one (row numbers) is left out."""
         if max_rows < 1:
             raise ValueError(f"max_rows must be at least 1, got {max_rows}")
         index = df.index
-        if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1 and index.name is None):
-            df = df.reset_index()
+        named = isinstance(index, pd.MultiIndex) or index.name is not None
+        df = df.reset_index(drop=not named)  # a named index is a column; a row number (a filtered frame's) is not
         self._table_count += 1
         head = "".join(f"<th>{escape(str(column))}</th>" for column in df.columns)
         lines = [
@@ -202,8 +236,9 @@ class Report:
             f"  <thead><tr>{head}</tr></thead>",
             "  <tbody>",
         ]
+        formats = [column_format(df.iloc[:, i], float_format) for i in range(df.shape[1])]
         for row in df.head(max_rows).itertuples(index=False, name=None):
-            cells = (_format_cell(value, float_format) for value in row)
+            cells = (_format_cell(value, fmt) for value, fmt in zip(row, formats))
             tds = "".join(f'<td class="num">{text}</td>' if numeric else f"<td>{text}</td>" for text, numeric in cells)
             lines.append(f"    <tr>{tds}</tr>")
         lines += ["  </tbody>", "</table></div>"]

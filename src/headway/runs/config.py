@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headway.errors import ConfigError
 from headway.execution.sizes import balanced_sizes
@@ -23,6 +23,9 @@ from headway.recipe import TrainConfig
 from headway.settings import check_int
 from headway.tasks.base import Task
 from headway.tasks.registry import DEFAULT_TASK, task_class, task_name_of
+
+if TYPE_CHECKING:
+    from headway.runs.examples import Examples
 
 # Hyper-parameters that members of one ensemble may hold different values of.
 PER_INSTANCE = ("lr", "weight_decay")
@@ -82,6 +85,24 @@ class RunConfig:
     def run_id(self) -> str:
         """A short stable hash of the configuration (`stored()`)."""
         return _digest(self.stored())[:12]
+
+    def validation_data(self, device: Any = "cpu") -> Examples:
+        """The validation set this run's trainer used, as int64 tensors (`headway.runs.examples.Examples`)."""
+        from headway.runs.examples import split_examples
+
+        return split_examples(self, device)[1]
+
+    def training_data(self, device: Any = "cpu") -> Examples:
+        """The training pool this run's trainer drew its batches from, as int64 tensors."""
+        from headway.runs.examples import split_examples
+
+        return split_examples(self, device)[0]
+
+    def tokens(self, count: int, seed: int = 0, validation: bool = True) -> Any:
+        """`count` fresh examples of this run's task as int64 tokens [count, pos(, slots)] (a torch tensor)."""
+        from headway.runs.examples import drawn_tokens
+
+        return drawn_tokens(self, count, seed, validation)
 
     def ensemble_key(self) -> dict[str, Any]:
         """What runs must share to be trained as members of one ensemble: the model shape, the

@@ -10,6 +10,7 @@ import pandas as pd
 import torch
 
 from headway.errors import ConfigError
+from headway.model.single import SingleModel
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
@@ -156,3 +157,17 @@ def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None
     model = EnsembleTransformer(model_cfg, task.d_vocab, task.n_ctx, task.d_out, len(selection), device)
     model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), [int(i) for i in selection])
     return model
+
+
+def load_single(path: Path | str, instance: int | None = None, step: int | None = None, run_id: str | None = None,
+                device: torch.device | str = "cpu") -> SingleModel:
+    """One run as a single model without the instance axis (`headway.model.single`, TransformerLens' habits):
+    instance `instance` (default 0) of the ensemble directory `path`, or the run `run_id` anywhere under `path`,
+    at checkpoint `step` (default: the last); its `run` is the RunConfig."""
+    if run_id is not None:
+        if instance is not None:
+            raise ConfigError("give instance or run_id, not both")
+        path, instance = find_run(path, run_id)
+    instance = 0 if instance is None else instance
+    model = load_model(path, instances=instance, step=step, device=device)
+    return SingleModel(model, load_runs(path)[int(instance)])

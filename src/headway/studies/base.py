@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-import pandas as pd
-
 from headway.compute import ComputeSettings
 from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
@@ -37,7 +35,8 @@ from headway.runs.config import RunConfig
 from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
-if TYPE_CHECKING:  # torch loads with the first training or analysis, not with `headway --help`
+if TYPE_CHECKING:  # torch and pandas load with the first training or analysis, not with `headway --help`
+    import pandas as pd
     import torch
 
 DONE = "done.json"  # written next to an ensemble's analysis tables when they are complete
@@ -55,7 +54,7 @@ def axis(help: str, option: str | None = None, words: dict[str, Any] | None = No
 
 
 @dataclass(frozen=True)
-class Plan:
+class Plan(ABC):
     """What a study trains and measures at one scale. Subclasses are frozen dataclasses whose
     option fields carry `axis(...)` metadata; `runs()` lists every run of the plan."""
 
@@ -65,13 +64,13 @@ class Plan:
         """Every run of the plan."""
         return [run for runs in self.grids().values() for run in runs]
 
+    @abstractmethod
     def grids(self) -> dict[str, list[RunConfig]]:
         """The plan's runs by grid name (one grid unless the study trains several)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def with_settings(self, **settings: Any) -> Self:
         """A copy with flat run settings (e.g. steps) set in every grid; None leaves one as it is."""
-        raise NotImplementedError
 
     def with_overrides(self, **values: Any) -> Self:
         """A copy with the given fields replaced (None leaves a field as it is)."""
@@ -173,6 +172,8 @@ class Study(ABC):
     def gather(self) -> StudyData:
         """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached;
         both by the study's executor) and gather the tables of those runs."""
+        import pandas as pd
+
         from headway.runs.store import load_runs
         from headway.train.sweep import train_runs
 

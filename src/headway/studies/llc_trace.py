@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
 from headway.errors import TimeLimitReached
+from headway.progress import tracked
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
@@ -80,7 +80,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             stale.unlink()
     layout.write_json(folder / SETTINGS, settings)
     frames = []
-    for step in tqdm(steps, desc="LLC over training", unit="checkpoint", disable=not progress):
+    for step in tracked(steps, "LLC over training", "checkpoint", enabled=progress):
         path = folder / f"step_{step:07d}.parquet"
         if path.is_file():
             frames.append(layout.read_table(path))

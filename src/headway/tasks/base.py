@@ -73,6 +73,7 @@ class Task(Settings, ABC):
     evaluates_training_pool: ClassVar[bool] = False  # log train_* accuracies over the whole pool at each evaluation
     ignored_training: ClassVar[tuple[str, ...]] = ()  # training settings the task does not use: refused unless default
     ignored_why: ClassVar[str] = ""  # why it does not use them, for that refusal
+    size_settings: ClassVar[tuple[str, ...]] = ()  # settings giving more distinct examples, named when a split runs out
 
     # --- shapes the model and trainer are built for ---------------------------------------------
 

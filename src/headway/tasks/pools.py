@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from headway.errors import ConfigError
@@ -11,6 +13,11 @@ from headway.tasks.base import Batch, Task
 # Validation top-up rounds before concluding the task has too few distinct examples (sooner when a top-up round
 # finds no example outside the pool).
 _MAX_TOP_UPS = 100
+# Examples drawn (from a stream of their own) before the pool, to refuse in seconds a task whose pool would hold
+# every example it has: refused when at most a quarter of them are distinct (each seen four times on average, so
+# the task has hardly more examples than that) and the pool leaves fewer than val_size examples out.
+PROBE = 4096
+SATURATED = 0.25
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -23,7 +30,8 @@ def make_pools(cfg: Task, train_size: int, val_size: int, seed: int) -> tuple[Ba
             raise ConfigError(f"{name} = {size!r} is invalid; use a whole number >= 1")
     if not is_integer(seed) or seed < 0:
         raise ConfigError(f"seed = {seed!r} is invalid; use a whole number >= 0")
-    train_seq, val_seq = np.random.SeedSequence(seed).spawn(2)
+    train_seq, val_seq, probe_seq = np.random.SeedSequence(seed).spawn(3)  # the first two as they always were
+    _check_enough(cfg, int(train_size), int(val_size), np.random.default_rng(probe_seq))
     train = cfg.draw(int(train_size), np.random.default_rng(train_seq))
     seen = _SeenRows(train.tokens)
     val_rng = np.random.default_rng(val_seq)
@@ -38,10 +46,44 @@ def make_pools(cfg: Task, train_size: int, val_size: int, seed: int) -> tuple[Ba
         missing -= len(fresh)
         if missing == 0:
             return train, type(fresh).concat(kept)
-    raise ConfigError(
-        f"found only {val_size - missing} of val_size = {val_size} validation examples outside the training pool; "
-        f"this config has too few distinct examples, use a larger vocab or a smaller train_size"
-    )
+    raise ConfigError(f"found only {val_size - missing} of val_size = {val_size} validation examples outside the "
+                      f"training pool; {_more(cfg, train_size)}")
+
+
+def _more(cfg: Task, train_size: int) -> str:
+    """How to get a validation set: the task's settings that give it more examples, or a smaller pool."""
+    settings = cfg.size_settings or tuple(f.name for f in dataclasses.fields(cfg))
+    which = "a larger " + " or ".join(settings) if cfg.size_settings else f"settings of {cfg.name} that give it " \
+        f"more examples ({', '.join(settings)})"
+    return (f"task {cfg.name} has too few distinct examples for this pool: use {which}, or a train_size below "
+            f"{train_size}")
+
+
+def _check_enough(cfg: Task, train_size: int, val_size: int, rng: np.random.Generator) -> None:
+    """Refuse, from a probe of PROBE examples, a task whose training pool would leave fewer than `val_size`
+    examples outside it: a slow task would otherwise draw the whole pool (minutes) before finding that out."""
+    count = min(PROBE, train_size)
+    distinct = len(np.unique(_row_hashes(cfg.draw(count, rng).tokens)))
+    if distinct > SATURATED * count:
+        return
+    population = _population(count, distinct)
+    outside = population * (1 - 1 / population) ** train_size  # expected examples the pool misses
+    if outside < val_size:
+        raise ConfigError(f"{count} examples drawn held only {distinct} distinct ones, so a pool of train_size = "
+                          f"{train_size} leaves about {outside:.0f} out, fewer than val_size = {val_size}; "
+                          f"{_more(cfg, train_size)}")
+
+
+def _population(draws: int, distinct: int) -> float:
+    """The number N of equally likely examples from which `draws` draws give `distinct` distinct ones on average
+    (N·(1 − (1 − 1/N)^draws) = distinct), by bisection."""
+    low, high = float(distinct), float(distinct) * 2 + 1
+    while high * -np.expm1(draws * np.log1p(-1 / high)) < distinct:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if middle * -np.expm1(draws * np.log1p(-1 / middle)) < distinct else (low, middle)
+    return high
 
 
 class _SeenRows:

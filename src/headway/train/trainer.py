@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from headway.errors import STOP_SIGNALS, ConfigError, Interrupted, Stopped, TimeLimitReached
 from headway.model.transformer import EnsembleTransformer
+from headway.progress import progress
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
 from headway.runs.config import RunConfig
@@ -132,8 +132,7 @@ class EnsembleTrainer:
             rows = metrics.to_dict("records")
         keep = set(checkpoint_schedule(cfg.steps, cfg.checkpoint_every, cfg.log_checkpoints))
         started = time.perf_counter()
-        bar = tqdm(total=cfg.steps, initial=start, desc=self.run_dir.name, unit="step",
-                   disable=None if self.progress else True, dynamic_ncols=True)
+        bar = progress(cfg.steps, self.run_dir.name, "step", enabled=self.progress, initial=start)
         on_main_thread = threading.current_thread() is threading.main_thread()
         previous = ({signum: signal.signal(signum, self._request_stop) for signum in STOP_SIGNALS}
                     if on_main_thread else {})

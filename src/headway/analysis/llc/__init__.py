@@ -5,7 +5,7 @@ SGLD in one batched run: λ̂(w*) = nβ·(E_w[L(w)] − L(w*)), w sampled from t
 One module per job, as devinterp splits its sampler:
 
 - `settings`: `SGLDSettings` and devinterp's `default_nbeta`;
-- `replicate`: the flat weight buffer the sampler moves, and an ensemble's instances copied once per chain;
+- `replication`: the flat weight buffer the sampler moves, and an ensemble's instances copied once per chain;
 - `masks`: restricted LLCs by parameter name, attention head or weight group;
 - `prepare`: checked inputs (the pool's shapes, a plain module wrapped as an ensemble, the loss's precision);
 - `sampler`: minibatches, the SGLD step, the batched sampling loop and its MALA acceptance;
@@ -20,29 +20,29 @@ Any other `nn.Module` is sampled the same way as a headway ensemble: its chains 
 kind, `loss_fn(model, inputs, targets) -> scalar`, on a pool [N, ...].
 """
 
-from headway.analysis.llc.diagnostics import (
-    BATCH_MEANS,
-    DISAGREE_FRACTION,
-    DISAGREE_NOISE_FACTOR,
-    DIVERGE_FACTOR,
-    MIN_ACCEPTANCE,
-    MIN_DRAWS_FOR_TREND,
-    TREND_FRACTION,
-    TREND_SIGMAS,
-)
-from headway.analysis.llc.estimate import LLCResult, anchor_loss, estimate_llc
-from headway.analysis.llc.known_answers import SuiteBias, suite_bias
-from headway.analysis.llc.masks import WEIGHT_GROUPS, head_mask, parameter_mask, weight_masks
-from headway.analysis.llc.memory import MEASURE_ABOVE, instance_groups, rough_bytes, sampling_footprint
-from headway.analysis.llc.replicate import is_ensemble, layout_of, replicate
-from headway.analysis.llc.sampler import MalaScore, PoolSampler, sgld_step
-from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
-from headway.analysis.llc.validity import invalid_reasons
+from __future__ import annotations
 
-__all__ = [
-    "BATCH_MEANS", "DISAGREE_FRACTION", "DISAGREE_NOISE_FACTOR", "DIVERGE_FACTOR", "MEASURE_ABOVE", "MIN_ACCEPTANCE",
-    "MIN_DRAWS_FOR_TREND", "TREND_FRACTION", "TREND_SIGMAS", "WEIGHT_GROUPS", "LLCResult", "LossFn", "MalaScore",
-    "PoolSampler", "SGLDSettings", "SuiteBias", "anchor_loss", "default_nbeta", "estimate_llc", "head_mask",
-    "instance_groups", "invalid_reasons", "is_ensemble", "layout_of", "parameter_mask", "replicate", "rough_bytes",
-    "sampling_footprint", "sgld_step", "suite_bias", "weight_masks",
-]
+import importlib
+from typing import Any
+
+# Each name and the module of the package that defines it; a name loads its module on first use, so a study
+# plan can read `SGLDSettings` without importing torch (what `headway study NAME --help` needs).
+_EXPORTS = {
+    **dict.fromkeys(("BATCH_MEANS", "DISAGREE_FRACTION", "DISAGREE_NOISE_FACTOR", "DIVERGE_FACTOR", "MIN_ACCEPTANCE",
+                     "MIN_DRAWS_FOR_TREND", "TREND_FRACTION", "TREND_SIGMAS"), "diagnostics"),
+    **dict.fromkeys(("LLCResult", "anchor_loss", "estimate_llc"), "estimate"),
+    **dict.fromkeys(("SuiteBias", "suite_bias"), "known_answers"),
+    **dict.fromkeys(("WEIGHT_GROUPS", "head_mask", "parameter_mask", "weight_masks"), "masks"),
+    **dict.fromkeys(("MEASURE_ABOVE", "instance_groups", "rough_bytes", "sampling_footprint"), "memory"),
+    **dict.fromkeys(("is_ensemble", "layout_of", "replicate"), "replication"),
+    **dict.fromkeys(("MalaScore", "PoolSampler", "sgld_step"), "sampler"),
+    **dict.fromkeys(("LossFn", "SGLDSettings", "default_nbeta"), "settings"),
+    "invalid_reasons": "validity",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'headway.analysis.llc' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"headway.analysis.llc.{_EXPORTS[name]}"), name)

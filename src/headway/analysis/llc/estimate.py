@@ -18,11 +18,11 @@ from torch import Tensor, nn
 from headway.analysis.llc.diagnostics import diagnose
 from headway.analysis.llc.memory import instance_groups
 from headway.analysis.llc.prepare import checked_loss, prepared
-from headway.analysis.llc.replicate import replicate
+from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
 from headway.analysis.llc.validity import basin_fraction, invalid_reasons
-from headway.analysis.module_ensemble import ModuleLossFn
+from headway.analysis.module_ensemble import ModuleLossFn, module_mode
 from headway.errors import ConfigError
 from headway.execution.allocator import keep_freed_memory
 
@@ -85,7 +85,7 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
                  settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
                  desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
                  precision: str = "fp32", max_rows: int | None = None,
-                 chance_loss: float | np.ndarray | None = None) -> LLCResult:
+                 chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
 
@@ -93,9 +93,12 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     [n_instances] of a batch; `tokens`, `targets` [E, N, ...] are each instance's pool, from which every
     chain draws its own shuffled minibatches. Any other `nn.Module` is one instance: `tokens`, `targets`
     are its pool [N, ...] and `loss_fn(model, inputs, targets)` returns a batch's mean loss, a scalar
-    (devinterp's `evaluate`; `model` is callable like the module, on its chain's weights); the module's
-    own weights and buffers are never changed (the chains read a copy of its buffers, in the module's
-    train/eval mode as it is), and its parameters with requires_grad=False do not move. As in devinterp
+    (`model` is callable like the module, on its chain's weights); devinterp's own `evaluate(model, batch)`
+    is taken as well (`module_ensemble.devinterp_loss`). The module's own weights, buffers and mode are never
+    changed (the chains read a copy of its buffers), and its parameters with requires_grad=False do not move.
+    `train_mode` samples it, L(w*) included, in train mode (True: dropout on and BatchNorm on batch statistics,
+    as devinterp always does), in eval mode (False) or in its own mode (None); dropout masks come from torch's
+    global generator, seeded with `settings.seed` for the call and restored after. As in devinterp
     1.x, step i computes the minibatch loss at the current weights, then moves (`sgld_step`); its loss is
     draw (i − burnin)/steps_between_draws when i ≥ burnin and (i + 1 − burnin) is a multiple of
     steps_between_draws. With `mask` [P] only the masked coordinates move (a restricted LLC;
@@ -112,6 +115,16 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     or one per instance) is the loss of a uniform guess on this pool; given, the diagnostics and
     `LLCResult.to_frame().invalid` say when the chains left the basin of w* for it (`validity.BASIN_FRACTION`).
     """
+    with module_mode(model, train_mode, settings.seed):
+        return _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
+                         max_rows, chance_loss)
+
+
+def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+              settings: SGLDSettings, mask: Tensor | None, progress: bool, desc: str,
+              init_loss: tuple[np.ndarray, np.ndarray] | None, precision: str, max_rows: int | None,
+              chance_loss: float | np.ndarray | None) -> LLCResult:
+    """`estimate_llc` with the model in its sampling mode."""
     model, loss_fn, tokens, targets, trainable = prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
         mask = trainable if mask is None else mask.to(trainable) * trainable
@@ -141,14 +154,15 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
 
 
 def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
-                settings: SGLDSettings, precision: str = "fp32", max_rows: int | None = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs,
-    seed and precision): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
-    model, loss_fn, tokens, targets, _ = prepared(model, loss_fn, tokens, targets, settings, None, precision)
-    groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, None, precision)
-    generator = seeded_generators(settings.seed, model.flat.data.device)[0]
-    return loss_at_anchor(model, loss_fn, tokens, targets, settings, generator, groups)
+                settings: SGLDSettings, precision: str = "fp32", max_rows: int | None = None,
+                train_mode: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """L(w*) per instance [E] and its standard error [E], as `estimate_llc` computes them (same inputs, seed,
+    precision and mode): hand them to `estimate_llc(init_loss=...)` to evaluate the pool once for several masks."""
+    with module_mode(model, train_mode, settings.seed):
+        model, loss_fn, tokens, targets, _ = prepared(model, loss_fn, tokens, targets, settings, None, precision)
+        groups = instance_groups(model, loss_fn, tokens, targets, settings, max_rows, None, precision)
+        generator = seeded_generators(settings.seed, model.flat.data.device)[0]
+        return loss_at_anchor(model, loss_fn, tokens, targets, settings, generator, groups)
 
 
 @torch.no_grad()

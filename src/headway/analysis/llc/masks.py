@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
-from headway.analysis.llc.replicate import layout_of
+from headway.analysis.llc.replication import layout_of
 from headway.errors import ConfigError
 from headway.model.flat import FlatLayout
 from headway.settings import is_integer

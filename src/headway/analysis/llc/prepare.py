@@ -6,9 +6,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from headway.analysis.llc.masks import parameter_mask
-from headway.analysis.llc.replicate import is_ensemble
+from headway.analysis.llc.replication import is_ensemble
 from headway.analysis.llc.settings import LossFn, SGLDSettings
-from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, ensemble_loss
+from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, devinterp_loss, ensemble_loss
 from headway.compute import ComputeSettings, at_precision
 from headway.errors import ConfigError
 
@@ -17,8 +17,10 @@ def prepared(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, t
              settings: SGLDSettings, mask: Tensor | None,
              precision: str) -> tuple[nn.Module, LossFn, Tensor, Tensor, Tensor | None]:
     """The checked ensemble, loss (at `precision`) and pool on the model's device (a plain module wrapped
-    as a 1-instance `ModuleEnsemble`), and a plain module's trainable-parameter mask."""
+    as a 1-instance `ModuleEnsemble`; devinterp's `evaluate(model, batch)` taken as the loss), and a plain
+    module's trainable-parameter mask."""
     trainable = None
+    loss_fn = devinterp_loss(loss_fn)
     if not is_ensemble(model):
         _check_pool(tokens, targets, 1, "[examples, ...] (a plain module's pool)")
         trainable = _trainable(model)

@@ -17,14 +17,14 @@ import math
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from headway.analysis.llc.prepare import checked_loss
-from headway.analysis.llc.replicate import replicate
+from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.settings import LossFn, SGLDSettings
 from headway.analysis.module_ensemble import error_line
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
+from headway.progress import tracked
 
 
 class PoolSampler:
@@ -113,7 +113,7 @@ def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, s
     live = torch.ones(rows, dtype=torch.bool, device=device)
     died = torch.full((rows,), -1, dtype=torch.long, device=device)
     mala = MalaScore(flat, anchor, settings.lr, nbeta, settings.localization, mask)
-    for step in tqdm(range(settings.steps), desc=desc, disable=not progress):
+    for step in tracked(range(settings.steps), desc, "step", enabled=progress):
         index = sampler.next()
         flat.zero_grad()
         loss = checked_loss(loss_fn(sampler_model, gather(tokens, instance, index),

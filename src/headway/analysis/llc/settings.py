@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from torch import Tensor, nn
+from typing import TYPE_CHECKING
 
 from headway.settings import Settings, check_int, check_number
 
-LossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
+if TYPE_CHECKING:  # settings are read by study plans when the CLI parses options; torch loads with sampling
+    from torch import Tensor, nn
+
+LossFn = Callable[["nn.Module", "Tensor", "Tensor"], "Tensor"]
 
 
 @dataclass(frozen=True)

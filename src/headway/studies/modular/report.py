@@ -14,6 +14,7 @@ from headway.plots.development import plot_development, plot_sgld_traces
 from headway.plots.modular import plot_fourier_curves, plot_grokking, plot_spectra
 from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
+from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
 from headway.studies.modular.rules import ModularRules
@@ -148,7 +149,7 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
                                  figures / f"sgld_{traced.run_id}.png"),
                            f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         if traced.warnings:
-            section.callout("SGLD diagnostics: " + " | ".join(traced.warnings[:5]), "warning")
+            section.callout("SGLD diagnostics: " + " | ".join(said_once(traced.warnings)), "warning")
 
 
 def _sensitivity_section(report: Report, data: StudyData, tables: ModularTables) -> None:

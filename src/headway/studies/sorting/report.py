@@ -15,6 +15,7 @@ from headway.plots.development import plot_development, plot_sgld_traces
 from headway.plots.sorting import plot_ablation, plot_mode_fractions, plot_mode_map, plot_training
 from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
+from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import ANALYSIS, StudyData
 from headway.studies.sorting.analyse import load_circuits
@@ -225,7 +226,7 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
                                  figures / f"sgld_{traced.run_id}.png"),
                            f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         if traced.warnings:
-            section.callout("SGLD diagnostics: " + " | ".join(traced.warnings[:5]), "warning")
+            section.callout("SGLD diagnostics: " + " | ".join(said_once(traced.warnings)), "warning")
 
 
 def _rise_fall_table(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:

@@ -16,11 +16,16 @@ builds logits from cos(2πk(a + b − c)/p) at those frequencies.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
 
 from headway.errors import ConfigError
-from headway.model.transformer import EnsembleTransformer
+
+if TYPE_CHECKING:  # the study's rules read COVERAGE when the CLI parses options; torch loads with the analysis
+    import torch
+
+    from headway.model.transformer import EnsembleTransformer
 
 COVERAGE = 0.8  # share of the embedding norm the key frequencies hold together
 
@@ -34,6 +39,8 @@ def frequencies(p: int) -> np.ndarray:
 
 def embedding_spectrum(model: EnsembleTransformer, p: int) -> np.ndarray:
     """Share of each instance's centred number-embedding norm per frequency, [E, (p-1)/2] (rows sum to 1)."""
+    import torch
+
     k = frequencies(p)
     with torch.no_grad():
         numbers = model.embed.W_E[:, :p].double().cpu()  # [E, p, d]
@@ -59,13 +66,15 @@ def key_frequencies(shares: np.ndarray, coverage: float = COVERAGE) -> list[list
     return out
 
 
-@torch.no_grad()
 def pair_logits(model: EnsembleTransformer, p: int, chunk: int = 4096) -> torch.Tensor:
     """Logits of every pair, [E, p (a), p (b), p (c)], float64 on the CPU."""
+    import torch
+
     a, b = np.divmod(np.arange(p * p), p)
     tokens = torch.as_tensor(np.stack([a, b, np.full_like(a, p)], axis=1), device=next(model.parameters()).device)
     tokens = tokens.unsqueeze(0).expand(model.n_instances, *tokens.shape)
-    parts = [model(tokens[:, start : start + chunk]).double().cpu() for start in range(0, p * p, chunk)]
+    with torch.no_grad():
+        parts = [model(tokens[:, start : start + chunk]).double().cpu() for start in range(0, p * p, chunk)]
     return torch.cat(parts, dim=1).view(model.n_instances, p, p, -1)
 
 
@@ -73,6 +82,8 @@ def logit_spectrum(logits: torch.Tensor) -> np.ndarray:
     """Share of the logits' centred variance along cos/sin(2πk(a + b − c)/p) for each frequency k,
     [E, (p-1)/2], from pair logits [E, p, p, p]. The shares of all k add up to at most 1: the rest of
     the variance is in other directions."""
+    import torch
+
     p = logits.shape[1]
     k = torch.as_tensor(frequencies(p))
     centred = logits - logits.mean(dim=-1, keepdim=True)

@@ -20,10 +20,13 @@ null) is `headway.tasks.retrieval.faithfulness`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
-from headway.tasks.retrieval.interventions import HeadIntervention
+if TYPE_CHECKING:  # the study's rules read the thresholds when the CLI parses options; torch loads with analysis
+    from headway.tasks.retrieval.interventions import HeadIntervention
 
 THRESHOLD = 0.4
 MIN_DROP = 0.05

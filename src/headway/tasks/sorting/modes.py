@@ -44,14 +44,16 @@ Defaults of `ModeThresholds` and why:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
-from torch import Tensor
 
 from headway.errors import ConfigError
 from headway.settings import Settings, check_number
+
+if TYPE_CHECKING:  # the study's rules read ModeThresholds when the CLI parses options; torch loads with analysis
+    from torch import Tensor
 
 MODES = ("splitting", "copy_suppression", "overlapping", "other")
 
@@ -89,6 +91,8 @@ def _check_circuits(ov: Tensor, qk: Tensor | None = None) -> None:
 def diagonal_scores(ov: Tensor) -> Tensor:
     """Per number v, (OV[v, v] − mean_u OV[v, u]) / std_u OV[v, u], [E, H, V]: how far attending to v
     lifts v's own logit above the other outputs, in units of the row's spread (0 for a flat row)."""
+    import torch
+
     _check_circuits(ov)
     ov = ov.double()
     spread = ov.std(dim=-1, unbiased=False)
@@ -104,6 +108,8 @@ def copy_sets(scores: Tensor, thresholds: ModeThresholds = ModeThresholds()) -> 
 def qk_similarity(qk: Tensor) -> Tensor:
     """Correlation [E, H, H] between the heads' QK circuits after centring each row: softmax ignores a
     constant added to one query's scores, so only how a query ranks the keys is compared."""
+    import torch
+
     rows = (qk.double() - qk.double().mean(dim=-1, keepdim=True)).flatten(2)  # centred rows: mean 0 overall
     unit = rows / rows.norm(dim=-1, keepdim=True).clamp_min(1e-30)
     return torch.einsum("ehn,egn->ehg", unit, unit).float()

@@ -51,6 +51,7 @@ class SortingConfig(Task):
     name: ClassVar[str] = "sorting"
     summary: ClassVar[str] = "sort a list of numbers with teacher forcing (docs/sorting-task.md)"
     doc: ClassVar[str] = "docs/sorting-task.md"
+    size_settings: ClassVar[tuple[str, ...]] = ("values", "length")
     scales: ClassVar[dict[str, dict[str, Any]]] = {
         "paper": RECIPE,
         # The same model and recipe; fewer steps, a smaller batch and validation set.

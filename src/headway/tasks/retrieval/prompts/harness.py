@@ -6,7 +6,8 @@ Tasks are `multiple_choice`: each option is scored by log-likelihood after the p
 `headway_retrieval` over all) reports both metrics aggregated over its questions, each question counting
 once (`weight_by_size`; the cells are equal in size, so this is also the mean of the cells). Data paths in the YAML files are
 absolute, because lm-eval resolves relative paths against its working directory; re-export after
-moving the folder. Run with `lm_eval --include_path DIR --tasks headway_retrieval ...`.
+moving the folder. Run with `lm-eval run --model hf --model_args pretrained=MODEL --include_path DIR --tasks
+headway_retrieval` (what `headway data prompts` prints).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,8 +110,10 @@ def check_renderable(spec: QuestionSet) -> None:
     make_questions(dataclasses.replace(spec, max_hops=1, questions=1), hops=(spec.max_hops,))
 
 
-def make_questions(spec: QuestionSet, hops: Sequence[int] | None = None) -> list[Question]:
-    """All questions of `spec` (or only the hop counts `hops`), ordered by formulation, then hops, then index."""
+def make_questions(spec: QuestionSet, hops: Sequence[int] | None = None,
+                   progress: Callable[[int], None] | None = None) -> list[Question]:
+    """All questions of `spec` (or only the hop counts `hops`), ordered by formulation, then hops, then index;
+    `progress(1)` is called as each formulation × hops cell is done."""
     instances: dict[tuple[bool, int], list[Instance]] = {}
     out: list[Question] = []
     for key in spec.formulations:
@@ -124,6 +126,8 @@ def make_questions(spec: QuestionSet, hops: Sequence[int] | None = None) -> list
             for i, inst in enumerate(instances[family]):
                 rng = np.random.default_rng([spec.seed, number, d, i])
                 out.append(make_question(form, inst, rng, f"{key}-h{d}-{i:04d}", spec.options))
+            if progress is not None:
+                progress(1)
     return out
 
 

@@ -1,0 +1,198 @@
+"""The activations of one forward of a single-model view, with TransformerLens' `ActivationCache` habits.
+
+Keys are hook names ("blocks.0.attn.hook_pattern") or TransformerLens' short forms (`cache["pattern", 0]`,
+`cache["normalized", 1, "ln2"]`, `cache["embed"]`). Residual-stream helpers follow TransformerLens'
+semantics: `accumulated_resid` (the stream before each layer and after the last), `decompose_resid` (what
+each component wrote), `stack_head_results` (what each head wrote, z @ W_O, without b_O), `apply_ln_to_stack`
+(centred and divided by the LayerNorm scale of that layer's input) and `logit_attrs`. headway does not fold
+LayerNorm into the unembedding, so the residual direction of an output is `ln_final.w ⊙ W_U[:, output]`:
+the logit attributions of a full `decompose_resid()` sum to the output less `ln_final.b @ W_U + b_U`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from headway.model.single import SingleModel
+
+PosSlice = int | slice | list[int] | Tensor | None
+LN_EPS = 1e-5  # headway's LayerNorm epsilon (torch's default)
+
+
+def _positions(tensor: Tensor, pos_slice: PosSlice) -> Tensor:
+    """`tensor` [..., pos, d] with `pos_slice` applied to its position axis (an int drops the axis)."""
+    return tensor if pos_slice is None else tensor[(Ellipsis, pos_slice, slice(None))]
+
+
+class ActivationCache(Mapping[str, Tensor]):
+    """Detached activations by hook name, without the instance axis ([batch, pos, …], or [pos, …] after
+    `remove_batch_dim`), and the model they came from (for the weights the helpers need)."""
+
+    def __init__(self, activations: dict[str, Tensor], model: SingleModel, has_batch_dim: bool = True) -> None:
+        self._activations = activations
+        self.model = model
+        self.has_batch_dim = has_batch_dim
+
+    def __getitem__(self, key: str | tuple[Any, ...]) -> Tensor:
+        if isinstance(key, str) and key in self._activations:
+            return self._activations[key]
+        name = self.model.act_name(*key) if isinstance(key, tuple) else self.model.act_name(key)
+        if name not in self._activations:
+            short = "" if name in self.model.hook_names() else " (no such hook point)"
+            raise KeyError(f"{name!r} is not in this cache{short}; it holds {len(self)} activations: run "
+                           "run_with_cache with a names_filter that selects it")
+        return self._activations[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._activations)
+
+    def __len__(self) -> int:
+        return len(self._activations)
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self._activations)}"
+
+    def to(self, device: torch.device | str) -> ActivationCache:
+        """The same activations on `device`."""
+        return ActivationCache({k: v.to(device) for k, v in self.items()}, self.model, self.has_batch_dim)
+
+    def remove_batch_dim(self) -> ActivationCache:
+        """The activations of a batch of one without the batch axis (as TransformerLens' remove_batch_dim)."""
+        if not self.has_batch_dim:
+            return self
+        sizes = {v.shape[0] for name, v in self.items() if name != "hook_pos_embed"}
+        if sizes - {1}:
+            raise ValueError(f"remove_batch_dim needs a batch of one; this cache holds batches of {sorted(sizes)}")
+        return ActivationCache({k: v[0] for k, v in self.items()}, self.model, has_batch_dim=False)
+
+    # --- the residual stream -------------------------------------------------------------------
+
+    def _layer(self, layer: int | None) -> int:
+        """A layer index in 0..n_layers (None and -1: n_layers, the input to the unembedding)."""
+        n = self.model.cfg.n_layers
+        if layer is None or layer == -1:
+            return n
+        if not 0 <= layer <= n:
+            raise ValueError(f"layer = {layer} is out of range; use 0..{n} (n_layers: the final stream), -1 or None")
+        return layer
+
+    def _stream(self, name: str, layer: int) -> Tensor:
+        """A residual-stream activation, the position embedding broadcast over the batch."""
+        value = self[name, layer] if layer >= 0 else self[name]
+        if name == "pos_embed" and self.has_batch_dim:
+            value = value.expand_as(self["embed"])
+        return value
+
+    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
+                          pos_slice: PosSlice = None, mlp_input: bool = False,
+                          return_labels: bool = False) -> Tensor | tuple[Tensor, list[str]]:
+        """The residual stream before each layer up to `layer` ([components, batch, pos, d_model]; labels
+        "0_pre", "0_mid", …, "final_post" for the stream after the last layer). With `apply_ln`, each
+        component goes through that layer's LayerNorm scale; at the final layer through the whole
+        `ln_final` (gain and bias, statistics of each component: the logit lens, `@ W_U + b_U` gives outputs)."""
+        layer, n = self._layer(layer), self.model.cfg.n_layers
+        parts, labels = [], []
+        for index in range(layer + 1):
+            if index == n:
+                parts.append(self._stream("resid_post", n - 1))
+                labels.append("final_post")
+                continue
+            parts.append(self._stream("resid_pre", index))
+            labels.append(f"{index}_pre")
+            if (incl_mid and index < layer) or (mlp_input and index == layer):
+                parts.append(self._stream("resid_mid", index))
+                labels.append(f"{index}_mid")
+        stack = torch.stack([_positions(part, pos_slice) for part in parts])
+        if apply_ln:
+            stack = (self.model.apply_final_ln(stack) if layer == n
+                     else self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice))
+        return (stack, labels) if return_labels else stack
+
+    def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
+                        apply_ln: bool = False, pos_slice: PosSlice = None, incl_embeds: bool = True,
+                        return_labels: bool = False) -> Tensor | tuple[Tensor, list[str]]:
+        """What each component wrote into the residual stream before `layer` ([components, batch, pos,
+        d_model]: "embed", "pos_embed", then "{l}_attn_out" and "{l}_mlp_out"); they sum to the stream there.
+        `mode` "attn" or "mlp" keeps one kind; `mlp_input` adds the layer's own attention output."""
+        if mode not in ("all", "attn", "mlp"):
+            raise ValueError(f"mode = {mode!r} is unknown; choose all, attn or mlp")
+        layer = self._layer(layer)
+        with_attn, with_mlp = mode != "mlp", mode != "attn" and not self.model.cfg.attn_only
+        parts: list[Tensor] = []
+        labels: list[str] = []
+        if incl_embeds:
+            parts += [self._stream("embed", -1), self._stream("pos_embed", -1)]
+            labels += ["embed", "pos_embed"]
+        for index in range(layer):
+            if with_attn:
+                parts.append(self._stream("attn_out", index))
+                labels.append(f"{index}_attn_out")
+            if with_mlp:
+                parts.append(self._stream("mlp_out", index))
+                labels.append(f"{index}_mlp_out")
+        if mlp_input and with_attn:
+            parts.append(self._stream("attn_out", layer))
+            labels.append(f"{layer}_attn_out")
+        stack = torch.stack([_positions(part, pos_slice) for part in parts])
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def stack_head_results(self, layer: int | None = None, return_labels: bool = False,
+                           incl_remainder: bool = False, pos_slice: PosSlice = None,
+                           apply_ln: bool = False) -> Tensor | tuple[Tensor, list[str]]:
+        """What every head of the layers before `layer` wrote (z @ W_O, without b_O), [layers·heads, batch,
+        pos, d_model] labelled "L{l}H{h}"; `incl_remainder` adds the rest of the stream at `layer`."""
+        layer = self._layer(layer)
+        w_o = self.model.W_O
+        parts, labels = [], []
+        for index in range(layer):
+            z = _positions(self["z", index], pos_slice)  # [..., head, d_head]
+            parts.append(torch.einsum("...hd,hdm->h...m", z, w_o[index]))
+            labels += [f"L{index}H{head}" for head in range(self.model.cfg.n_heads)]
+        if not parts:
+            raise ValueError("stack_head_results needs layer >= 1: no head writes before layer 0")
+        stack = torch.cat(parts)
+        if incl_remainder:
+            total = self.accumulated_resid(layer, pos_slice=pos_slice)[-1]
+            stack = torch.cat([stack, (total - stack.sum(0))[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def stack_activation(self, name: str, layer: int | None = None) -> Tensor:
+        """One activation (a short name, e.g. "pattern") of every layer before `layer`, stacked: [layers, …]."""
+        return torch.stack([self[name, index] for index in range(self._layer(layer))])
+
+    def apply_ln_to_stack(self, residual_stack: Tensor, layer: int | None = None, mlp_input: bool = False,
+                          pos_slice: PosSlice = None) -> Tensor:
+        """Components of the input to `layer`'s ln1 (ln2 with `mlp_input`; ln_final at n_layers) centred and
+        divided by that LayerNorm's scale on the whole stream, as the layer sees them; unchanged without
+        LayerNorm. `pos_slice` must be the one the stack was built with."""
+        if self.model.cfg.normalization_type is None:
+            return residual_stack
+        layer, n = self._layer(layer), self.model.cfg.n_layers
+        stream = (self._stream("resid_post", n - 1) if layer == n
+                  else self._stream("resid_mid" if mlp_input else "resid_pre", layer))
+        scale = (_positions(stream, pos_slice).var(-1, unbiased=False, keepdim=True) + LN_EPS).sqrt()
+        return (residual_stack - residual_stack.mean(-1, keepdim=True)) / scale
+
+    def logit_attrs(self, residual_stack: Tensor, tokens: int | Tensor, incorrect_tokens: int | Tensor | None = None,
+                    pos_slice: PosSlice = None) -> Tensor:
+        """Each component's contribution to output `tokens` (an output index, or one per example [batch] or
+        per position [batch, pos]), less that to `incorrect_tokens` when given: the final LayerNorm applied to
+        the (raw) stack, dotted with `ln_final.w ⊙ W_U[:, token]`. [components, batch, pos] (or fewer axes)."""
+        directions = self.model.residual_directions(tokens)
+        if incorrect_tokens is not None:
+            directions = directions - self.model.residual_directions(incorrect_tokens)
+        scaled = self.apply_ln_to_stack(residual_stack, pos_slice=pos_slice)
+        if scaled.dim() == 4 and directions.dim() == 2 and directions.shape[0] == scaled.shape[1]:
+            directions = directions[:, None]  # one token per example: the same at every position
+        return (scaled * directions).sum(-1)
+
