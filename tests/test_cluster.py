@@ -167,11 +167,13 @@ def test_without_an_address_ray_starts_on_this_machine_for_the_command(reference
 @pytest.mark.slow
 def test_a_failing_ensemble_is_reported_by_name_while_the_others_finish(reference, cluster, tmp_path):
     broken = sorted(d.name for d in layout.ensemble_dirs(reference))[0]
-    layout.write_json(tmp_path / broken / layout.CONFIG, {"runs": []})  # another sweep's directory, say
+    runs = layout.read_json(reference / broken / layout.CONFIG)["runs"]
+    other_sweep = [{**run, "seed": run["seed"] + 100} for run in runs]  # valid runs this sweep does not hold
+    layout.write_json(tmp_path / broken / layout.CONFIG, {"runs": other_sweep})
     process = driver(cluster, tmp_path)
     _, err = process.communicate(timeout=TIMEOUT_S)
     assert process.returncode == 2, err
-    assert "1 of 2 ensemble(s) done" in err
+    assert "1 of 2 ensemble(s) done" in err, err
     assert f"headway: error: {broken}: " in err and "already holds other runs" in err
     finished = [d for d in layout.ensemble_dirs(tmp_path) if d.name != broken]
     assert len(finished) == 1 and (finished[0] / layout.SUMMARY).is_file()
