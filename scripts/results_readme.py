@@ -7,7 +7,7 @@ README quotes comes from summary.json or a CSV beside it, never from a hand-copi
 A template is Markdown with placeholders `{{ [AGG] PATH [| FORMAT] }}`:
 - PATH reads summary.json, or a file of the folder named first (`results.csv:`, `other.json:`): dotted keys
   (`seconds.training_s`), a list index (`verdicts[0]`), or a filter of a list of records (`phase[hops=4,layers=3]`,
-  `verdicts[claim^=Heads settle]` for a text that starts so);
+  `verdicts[claim^=Heads settle]` for a text that starts so, `[steps!=None]` for a value that is there);
   a field read over several records gives the list of their values;
 - AGG (`min`, `max`, `mean`, `sum`, `count`, `first`) reduces a list to one value (without one, a list must
   hold exactly one value);
@@ -54,20 +54,23 @@ def load(folder: Path, name: str) -> Any:
 
 
 def matches(record: Any, condition: str) -> bool:
-    """Whether a record meets every `key=value` (equal as text) or `key^=start` (its text starts so) of a filter."""
+    """Whether a record meets every `key=value` (equal as text), `key!=value` (not equal; `!=None` for a value
+    that is there) or `key^=start` (its text starts so) of a filter."""
     if not isinstance(record, dict):
         return False
     for part in condition.split(","):
         key, _, wanted = part.partition("=")
-        prefix = key.endswith("^")
-        value = str(record.get(key.rstrip("^").strip()))
-        if not (value.startswith(wanted.strip()) if prefix else value == wanted.strip()):
+        operator = key[-1] if key.endswith(("^", "!")) else "="
+        value, wanted = str(record.get(key.rstrip("^!").strip())), wanted.strip()
+        met = {"^": value.startswith(wanted), "!": value != wanted, "=": value == wanted}[operator]
+        if not met:
             return False
     return True
 
 
-def resolve(data: Any, path: str, where: str) -> Any:
-    """The value at `path` in `data` (module docstring); a field over a list maps over its records."""
+def resolve(data: Any, path: str, where: str, allow_empty: bool = False) -> Any:
+    """The value at `path` in `data` (module docstring); a field over a list maps over its records. A filter
+    that matches nothing is an error unless `allow_empty` (a count may be 0)."""
     value = data
     for key, bracket in STEP.findall(path):
         if key:
@@ -81,7 +84,7 @@ def resolve(data: Any, path: str, where: str) -> Any:
             value = value[int(bracket)]
         else:
             value = [record for record in value if matches(record, bracket)]
-            if not value:
+            if not value and not allow_empty:
                 raise TemplateError(f"{where}: nothing matches [{bracket}] in {path!r}")
     return value
 
@@ -109,13 +112,18 @@ def render_placeholder(folder: Path, text: str, cache: dict[str, Any]) -> str:
         raise TemplateError(f"{where}: unknown aggregate {aggregate!r}; choose one of {', '.join(AGGREGATES)}")
     source, _, rest = path.partition(":")
     source, path = (source, rest) if rest and source.endswith((".csv", ".json")) else ("summary.json", path)
-    value = resolve(cache.setdefault(source, load(folder, source)), path, where)
+    value = resolve(cache.setdefault(source, load(folder, source)), path, where, allow_empty=aggregate == "count")
     if aggregate:
-        value = AGGREGATES[aggregate](value if isinstance(value, list) else [value])
+        values = value if isinstance(value, list) else [value]
+        if not values and aggregate != "count":
+            raise TemplateError(f"{where}: no values to take the {aggregate} of")
+        value = AGGREGATES[aggregate](values)
     elif isinstance(value, list):
         if len(value) != 1:
             raise TemplateError(f"{where}: {len(value)} values; pick one or reduce them with an aggregate")
         value = value[0]
+    if value is None:
+        return "—"  # a missing number (null in JSON, empty in a CSV)
     try:
         return format(value, spec) if spec else str(value)
     except (TypeError, ValueError) as err:

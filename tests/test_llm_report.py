@@ -15,7 +15,7 @@ from headway.cli.main import main
 from headway.errors import ConfigError
 from headway.llm.backend import Backend
 from headway.llm.evaluate import group_scores, summarise
-from headway.llm.report import verdict, write_report
+from headway.llm.report import chance_tests, verdict, write_report
 from headway.llm.run import BackendSettings, run_llm_eval
 from headway.plots.llm import accuracy_vs_hops
 from headway.runs import layout
@@ -28,7 +28,8 @@ CORRECT = {
     "F3": {"acc": [40, 40, 39, 38], "acc_norm": [40, 39, 39, 37], "exact_match": [39, 38, 36, 35]},
     "F5": {"acc": [20, 10, 4, 2], "acc_norm": [22, 12, 5, 2], "exact_match": [15, 8, 3, 1]},
 }
-ABOVE = "above chance (one-sided exact binomial test against chance, p < 0.05)"
+RULE = "(one-sided exact binomial test against chance, Holm-corrected over the run's {} at family-wise α = 0.05)"
+ABOVE = "above chance " + RULE.format("36 cells")
 UNPARSEABLE = {"F1": [1, 2, 3, 4], "F3": [0, 0, 0, 0], "F5": [5, 5, 5, 5]}
 META = {"model": "tiny/test-model", "backend": "hf", "scoring": "both", "seed": 0, "questions_per_cell": N,
         "max_hops": 4, "seconds": 83.4, "cache_hits": 5, "cache_misses": 7}
@@ -136,15 +137,17 @@ def test_verdict_reports_decline_and_the_last_hop_above_chance():
     results = summarise(synthetic_per_question())
     assert verdict(results, "F1", "acc") == (
         "F1 assign: acc 0.90 at 1 hop → 0.25 at 4 hops (chance 0.25); "
-        f"{ABOVE} up to 3 hops; elsewhere, with 40 questions per cell the test detects a true accuracy of 0.45 "
+        f"{ABOVE} up to 2 hops; elsewhere, with 40 questions per cell the test detects a true accuracy of 0.55 "
         "or more with 80% power, so these null results do not rule out a lower one")
+    tested = chance_tests(results).query("formulation == 'F1' and metric == 'acc' and hops == 3").iloc[0]
+    assert tested.p_chance < 0.05 and not tested.above  # 16 of 40 passes alone, not among 36 cells
     assert verdict(results, "F3", "acc") == (
         "F3 boxes: acc 1.00 at 1 hop → 0.95 at 4 hops (chance 0.25); "
         f"{ABOVE} up to 4 hops, the most tested")
     assert verdict(results, "F5", "acc") == (
         "F5 relatives: acc 0.50 at 1 hop → 0.05 at 4 hops (chance 0.14 → 0.05); "
-        f"{ABOVE} up to 2 hops; elsewhere, with 40 questions per cell the test detects a true accuracy of 0.19 "
-        "or more with 80% power, so these null results do not rule out a lower one")
+        f"{ABOVE} up to 2 hops; elsewhere, with 40 questions per cell the test detects a true accuracy of 0.27 "
+        "at 3 hops, 0.25 at 4 hops or more with 80% power, so these null results do not rule out a lower one")
 
 
 def test_verdict_at_chance_and_with_gaps():
@@ -152,16 +155,17 @@ def test_verdict_at_chance_and_with_gaps():
                                        + cell_rows("F2", 2, 100, {"acc": 24}, 0.25)))
     assert verdict(at_chance, "F2", "acc") == (
         "F2 code: acc 0.26 at 1 hop → 0.24 at 2 hops (chance 0.25); "
-        "not above chance at any hop count (one-sided exact binomial test against chance: smallest p = 0.45); "
-        "with 100 questions per cell the test detects a true accuracy of 0.37 or more with 80% power, so these "
+        f"not above chance at any hop count {RULE.format('2 cells')}: smallest uncorrected p = 0.45; "
+        "with 100 questions per cell the test detects a true accuracy of 0.39 or more with 80% power, so these "
         "null results do not rule out a lower one")
     gaps = summarise(pd.DataFrame([row for hops, count in zip(range(1, 5), (25, 60, 25, 60))
                                    for row in cell_rows("F4", hops, 100, {"acc": count}, 0.25)]))
-    assert f"{ABOVE} only at 2, 4 hops; elsewhere, with 100 questions" in verdict(gaps, "F4", "acc")
+    assert f"above chance {RULE.format('4 cells')} only at 2, 4 hops; elsewhere, with 100 questions" in verdict(
+        gaps, "F4", "acc")
     single = summarise(pd.DataFrame(cell_rows("F1", 3, 50, {"acc": 45}, 0.25)))
     assert verdict(single, "F1", "acc") == (
         "F1 assign: acc 0.90 at 3 hops (chance 0.25); "
-        f"{ABOVE} up to 3 hops, the most tested")
+        f"above chance {RULE.format('1 cell')} up to 3 hops, the most tested")
     with pytest.raises(ConfigError, match="exact_match"):
         verdict(single, "F1", "exact_match")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from headway.analysis.statistics import binomial_tail, detectable_accuracy
+from headway.analysis.statistics import binomial_tail, detectable_accuracy, holm
 from headway.errors import ConfigError
 from headway.llm.evaluate import METRICS
 from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
@@ -26,9 +26,8 @@ META_NAMES = {
     "cache_hits": "cache hits", "cache_misses": "cache misses",
 }
 ALL_METRICS = tuple(metric for metrics in METRICS.values() for metric in metrics)
-ALPHA = 0.05  # level of the one-sided exact binomial test that calls a cell above chance
+ALPHA = 0.05  # family-wise level, over every cell of a run, of the tests that call a cell above chance
 POWER = 0.8  # the power at which a design's detectable accuracy is quoted beside every null result
-ABOVE_RULE = f"(one-sided exact binomial test against chance, p < {ALPHA:g})"
 
 
 def write_report(out: Path, results: pd.DataFrame, groups: pd.DataFrame, per_question: pd.DataFrame,
@@ -60,7 +59,8 @@ def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
     """One plain sentence on a formulation under `metric`: accuracy at the fewest and most hops, chance,
     the hop counts a one-sided exact binomial test calls above chance, and for the others the smallest
     true accuracy the design would have detected, so the report's claims follow the numbers."""
-    cell = results[(results.formulation == formulation) & (results.metric == metric)].sort_values("hops")
+    tested = chance_tests(results)
+    cell = tested[(tested.formulation == formulation) & (tested.metric == metric)].sort_values("hops")
     if cell.empty:
         raise ConfigError(f"no results for formulation {formulation!r} with metric {metric!r}")
     first, last = cell.iloc[0], cell.iloc[-1]
@@ -70,36 +70,45 @@ def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
         trend += f" → {last.accuracy:.2f} at {_hops(last.hops)}"
         if f"{last.chance:.2f}" != f"{first.chance:.2f}":
             chance += f" → {last.chance:.2f}"
-    return f"{FORMULATIONS[formulation].label}: {trend} ({chance}); {_above_chance(cell)}"
+    return f"{FORMULATIONS[formulation].label}: {trend} ({chance}); {_above_chance(cell, len(results))}"
 
 
-def chance_tests(cell: pd.DataFrame) -> pd.DataFrame:
-    """Per row of `results`: the one-sided exact binomial p-value of its count against chance
-    (`p_chance`) and the smallest true accuracy the test detects with POWER at its n (`detectable`)."""
-    rows = list(zip(cell.correct.astype(int), cell.n.astype(int), cell.chance.astype(float)))
-    return cell.assign(p_chance=[binomial_tail(k, n, c) for k, n, c in rows],
-                       detectable=[detectable_accuracy(n, c, ALPHA, POWER) for _, n, c in rows])
+def chance_tests(results: pd.DataFrame) -> pd.DataFrame:
+    """Per row of `results` (the family: every cell and metric of one run): the one-sided exact binomial
+    p-value of its count against chance (`p_chance`), whether Holm's correction over the family rejects chance
+    at ALPHA (`above`), and the smallest true accuracy the test detects with POWER at its n at the strictest
+    Holm level, ALPHA / cells (`detectable`): with many cells, one passing at p < ALPHA is expected by luck."""
+    rows = list(zip(results.correct.astype(int), results.n.astype(int), results.chance.astype(float)))
+    p_values = [binomial_tail(k, n, c) for k, n, c in rows]
+    strictest = ALPHA / max(len(rows), 1)
+    return results.assign(p_chance=p_values, above=holm(p_values, ALPHA),
+                          detectable=[detectable_accuracy(n, c, strictest, POWER) for _, n, c in rows])
 
 
-def _above_chance(cell: pd.DataFrame) -> str:
+def above_rule(cells: int) -> str:
+    """How a cell is called above chance, for a run of `cells` cells."""
+    return (f"(one-sided exact binomial test against chance, Holm-corrected over the run's {cells} cell{'' if cells == 1 else 's'} at "
+            f"family-wise α = {ALPHA:g})")
+
+
+def _above_chance(cell: pd.DataFrame, cells: int) -> str:
     """Where one formulation × metric is above chance: up to which hop count, then any later hop counts;
     for the hop counts that are not, the smallest p-value and what the design could have detected."""
-    cell = chance_tests(cell)
     hops = [int(h) for h in cell.hops]
-    above = [int(h) for h in cell.hops[cell.p_chance < ALPHA]]
-    null = cell[cell.p_chance >= ALPHA]
+    above = [int(h) for h in cell.hops[cell.above]]
+    null = cell[~cell.above]
     if not above:
-        return (f"not above chance at any hop count (one-sided exact binomial test against chance: smallest "
-                f"p = {null.p_chance.min():.2f}); {_power(null)}")
+        return (f"not above chance at any hop count {above_rule(cells)}: smallest uncorrected "
+                f"p = {null.p_chance.min():.2g}; {_power(null)}")
     leading = list(takewhile(lambda h: h in above, hops))
     caveat = f"; elsewhere, {_power(null)}" if len(null) else ""
     if not leading:
-        return f"above chance {ABOVE_RULE} only at {_hops(*above)}{caveat}"
+        return f"above chance {above_rule(cells)} only at {_hops(*above)}{caveat}"
     if leading == hops:
-        return f"above chance {ABOVE_RULE} up to {_hops(hops[-1])}, the most tested"
+        return f"above chance {above_rule(cells)} up to {_hops(hops[-1])}, the most tested"
     later = above[len(leading):]
     again = f", and again at {_hops(*later)}" if later else ""
-    return f"above chance {ABOVE_RULE} up to {_hops(leading[-1])}{again}{caveat}"
+    return f"above chance {above_rule(cells)} up to {_hops(leading[-1])}{again}{caveat}"
 
 
 def _power(null: pd.DataFrame) -> str:
@@ -134,6 +143,7 @@ def results_table(results: pd.DataFrame) -> pd.DataFrame:
         "95% interval": [f"{_percent(low)} – {_percent(high)}" for low, high in zip(rows.ci_low, rows.ci_high)],
         "chance": rows.chance.map(_percent),
         "p vs chance": rows.p_chance.map(lambda p: f"{p:.3f}"),
+        "above chance (Holm)": rows.above.map({True: "yes", False: "no"}),
         f"detectable ({POWER:.0%} power)": rows.detectable.map(_percent),
     })
     if "exact_match" in metrics:
@@ -182,9 +192,11 @@ def _verdicts(report: Report, results: pd.DataFrame) -> None:
     report.paragraph(
         "Per formulation and metric: accuracy at the fewest and the most hops asked about, the chance level "
         "(1 / number of options), and the hop counts at which the model is above chance, meaning a one-sided "
-        f"exact binomial test of the count against chance gives p < {ALPHA:g}. Where a cell is not above chance, "
-        f"the verdict says which true accuracy the test would have detected with {POWER:.0%} power at that "
-        "number of questions: a null result rules out only accuracies above it.")
+        "exact binomial test of the count against chance rejects it under Holm's correction over every cell of "
+        f"the run at family-wise α = {ALPHA:g} (with many cells, one at p < {ALPHA:g} is expected by luck alone). "
+        f"Where a cell is not above chance, the verdict says which true accuracy the test would have detected "
+        f"with {POWER:.0%} power at that number of questions at the strictest Holm level: a null result rules "
+        "out only accuracies above it.")
     report.bullets([verdict(results, key, metric) for key in formulation_order(results.formulation)
                     for metric in metric_order(results[results.formulation == key].metric)])
 

@@ -205,13 +205,17 @@ def _write_outputs(out: Path, per_question: pd.DataFrame, questions: list[Questi
                    meta: dict[str, Any], predictions: str) -> EvalResult:
     """results.csv (one row per cell and metric), groups.csv (per formulation and overall), summary.json and
     report.html from the per-question rows, each written atomically; summary.json (checked) holds the checksums
-    of the CSV files (`predictions`: that of predictions.csv), which are how `rewrite_outputs` knows them intact."""
+    of the CSV files (`predictions`: that of predictions.csv), which are how `rewrite_outputs` knows them intact,
+    and every cell's test against chance (Holm over the run's cells)."""
+    from headway.llm.report import chance_tests, write_report
+
     results, groups = summarise(per_question), group_scores(per_question)
     checksums = {PREDICTIONS: predictions, RESULTS: layout.write_text(out / RESULTS, results.to_csv(index=False)),
                  GROUPS: layout.write_text(out / GROUPS, groups.to_csv(index=False))}
+    tests = chance_tests(results)[["formulation", "hops", "metric", "p_chance", "above", "detectable"]]
     layout.write_json(out / SUMMARY, {"meta": meta, "results": results.to_dict(orient="records"),
-                                      "groups": groups.to_dict(orient="records"), "checksums": checksums})
-    from headway.llm.report import write_report
+                                      "groups": groups.to_dict(orient="records"),
+                                      "chance_tests": tests.to_dict(orient="records"), "checksums": checksums})
 
     write_report(out, results, groups, per_question, questions, meta)
     return EvalResult(per_question, results, groups, meta, out)
