@@ -78,13 +78,13 @@ def probe_run(out: Path, recipe: str, run, n: int = 3000, seed: int = 12345) -> 
     for layer in range(streams.shape[0]):
         x = streams[layer, :, reading[-1]]
         for name, (y, k) in query_labels.items():
-            acc = fit_probe(x[~test], y[~test], x[test], y[test], k)
+            _, acc = fit_probe(x[~test], y[~test], x[test], y[test], k)
             out_rows.append({"recipe": recipe, "seed": run.seed, "site": "query", "layer": layer, "label": name,
                              "accuracy": acc, "majority": np.bincount(y[test], minlength=k).max() / test.sum()})
         xl = streams[layer, l_ex, reading[l_st]]
         lt = test[l_ex]
         for name, (y, k) in link_labels.items():
-            acc = fit_probe(xl[~lt], y[~lt], xl[lt], y[lt], k)
+            _, acc = fit_probe(xl[~lt], y[~lt], xl[lt], y[lt], k)
             out_rows.append({"recipe": recipe, "seed": run.seed, "site": "link", "layer": layer, "label": name,
                              "accuracy": acc, "majority": np.bincount(y[lt], minlength=k).max() / lt.sum()})
     # answer types of the model's own prediction

@@ -117,7 +117,7 @@ def test_a_validation_set_that_cannot_be_filled_is_refused_in_seconds(tmp_path, 
     assert time.perf_counter() - started < CASE_SECONDS
     err = capsys.readouterr().err.splitlines()
     assert err[-1].startswith("headway: error: 4096 examples drawn held only 2 distinct ones") and len(err) == 2, err
-    assert "task retrieval has too few distinct examples for this pool: use settings of retrieval" in err[-1]
+    assert "task retrieval has too few distinct examples for this pool: use a larger vocab" in err[-1]
     assert not list((tmp_path / "runs").rglob("*.safetensors"))
 
 

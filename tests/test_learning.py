@@ -49,30 +49,21 @@ COMPOSITIONAL = {"chains": 2, "vocab": 12, "hops": 3, "layers": 2, "order": "cha
 @pytest.mark.slow
 def test_two_layers_solve_three_hops_by_composing_links_under_dense_supervision(tmp_path):
     """The cheapest compositional cell the depth phase diagram found: with dense supervision and links in
-    chain order, two causal layers solve D = 3 (more hops than layers), and the classifier, from probes
-    and attention alone, calls every such model compositional with links reading root-ward."""
-    import numpy as np
+    chain order, two causal layers solve D = 3 (more hops than layers), and the classifier, from link-site
+    probes and the ablation of the heads that compose links, calls every such model compositional with
+    links reading root-ward."""
+    import pandas as pd
 
-    from headway.runs.store import load_model, load_runs
-    from headway.tasks.retrieval import generate
-    from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-    from headway.tasks.retrieval.mechanism import classify
-    from headway.tasks.retrieval.positions import map_statements
-    from headway.tasks.retrieval.probes import depth_probes
+    from headway.studies.retrieval.phase import mechanism_evidence
+    from headway.tasks.retrieval.mechanism import mechanism_table
 
     base = {**scale_settings("cpu"), "steps": 600, "eval_every": 100, **COMPOSITIONAL}
     runs = expand_grid(base, {"seed": SEEDS})
     final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False))
     assert final.val_accuracy.min() >= 0.95, final.val_accuracy.tolist()
-    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
-    task = load_runs(run_dir)[0].task
-    batch = generate(task, 1024, np.random.default_rng(1))
-    smap = map_statements(task, batch)
-    model = load_model(run_dir)
-    probes = depth_probes(model, task, batch, smap)
-    heads = head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal=True)
-    for instance in range(len(SEEDS)):
-        found = classify(probes[probes.instance == instance], heads[heads.instance == instance], layers=2,
-                         solved=True, uniform=uniform_link_mass(smap, causal=True))
-        assert found.mechanism == "compositional" and found.farthest[-1] == 3, found
+    probes, heads, composition = mechanism_evidence(tmp_path, set(final.run_id))
+    models = pd.DataFrame({"run_id": final.run_id, "layers": 2, "hops": 3, "solved": True,
+                           "accuracy": final.val_accuracy})
+    for found in mechanism_table(probes, heads, models, composition).itertuples():
+        assert found.mechanism == "compositional" and found.farthest.endswith("3"), found
         assert found.reads in ("root-ward", "both"), found

@@ -1,7 +1,9 @@
-"""The mechanism classifier on hand-built weights: a two-layer model that composes links is
-compositional, a stacked one-hop-per-layer model linear."""
+"""The mechanism classifier: every label from constructed evidence, hand-built models whose mechanism is
+known by construction, and two models trained at CPU scale, one composing links and one linear."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -10,14 +12,149 @@ import torch
 
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
+from headway.plots.marks import MECHANISM_MARKS
+from headway.runs.config import expand_grid
+from headway.runs.store import final_metrics, find_run, load_model
+from headway.studies.retrieval.phase import mechanism_evidence
+from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval import RetrievalConfig, generate
+from headway.tasks.retrieval.composition import composition_check, control_sets, link_positions
 from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.mechanism import classify, farthest_hops, mechanism_table
+from headway.tasks.retrieval.interventions import HeadIntervention
+from headway.tasks.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
+                                               mechanism_table)
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes
+from headway.tasks.retrieval.probes import depth_probes, probe_examples
+from headway.train.sweep import train_runs
 
 BIG = 30.0
 
+
+# --- constructed evidence: each label and each reason -------------------------------------------
+
+def probe_rows(query: dict[int, list[float]], link: dict[int, list[float]]) -> pd.DataFrame:
+    """depth_probes-shaped rows of one model: per site, layer -> held-out accuracy of hops 1, 2, …"""
+    return pd.DataFrame([{"site": site, "layer": layer, "hops": k + 1, "accuracy": value, "train_accuracy": 1.0}
+                         for site, table in (("query", query), ("link", link))
+                         for layer, values in table.items() for k, value in enumerate(values)])
+
+
+COMPOSING_HEADS = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "link_next": [0.95, 0.02, 0.9],
+                                "link_prev": [0.0, 0.0, 0.0]})
+LINEAR_HEADS = COMPOSING_HEADS.assign(link_next=[0.02, 0.02, 0.9])
+QUERY_D3 = {1: [0.99, 0.05, 0.05], 2: [0.99, 0.99, 0.99]}  # hop 1, then hops 2 and 3
+LINKS_COMPOSE = {1: [1.0, 0.98, 0.05], 2: [1.0, 0.99, 0.97]}  # hop 2 at links after layer 1
+LINKS_ALONE = {1: [1.0, 0.04, 0.05], 2: [1.0, 0.5, 0.05]}  # hop 2 only after the last layer
+NEEDED = Ablation(composing_drop=0.85, control_drop=0.05)
+
+
+def test_a_solved_model_whose_links_compose_and_whose_answer_needs_them_is_compositional():
+    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+                     accuracy=0.99, ablation=NEEDED)
+    assert found.mechanism == "compositional", found
+    assert found.farthest == (1, 3) and found.link_farthest == (2, 3) and found.reads == "root-ward"
+    assert "links decode hop 2 after layer 1" in found.reason and "costs 0.85" in found.reason
+    assert found.probe_held_out == 0.99 and math.isclose(found.adequacy_gap, 0.0)
+
+
+def test_d_at_most_l_without_link_composition_is_linear():
+    query = {1: [0.99, 0.05], 2: [0.99, 0.99]}
+    found = classify(probe_rows(query, {1: [1.0, 0.03], 2: [1.0, 0.5]}), LINEAR_HEADS, layers=2, hops=2,
+                     solved=True, accuracy=1.0)
+    assert found.mechanism == "linear" and "links decode no hop ≥ 2 before the last layer" in found.reason
+    assert found.reads == "none" and math.isnan(found.composing_drop)
+
+
+def test_the_last_layers_decode_alone_never_makes_a_model_compositional():
+    """The old rule's evidence: after layer 2 the query decodes hop 3, a hop beyond 2, but the links never
+    composed before the last layer: D > L without link evidence is not classifiable, not compositional."""
+    found = classify(probe_rows(QUERY_D3, LINKS_ALONE), LINEAR_HEADS, layers=2, hops=3, solved=True, accuracy=0.99)
+    assert found.farthest == (1, 3)
+    assert found.mechanism == "not classifiable" and "D = 3 > L = 2" in found.reason
+
+
+def test_links_that_decode_far_hops_but_that_the_answer_does_not_need_are_not_composition():
+    useless = Ablation(composing_drop=0.01, control_drop=0.0)
+    beyond = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+                      accuracy=0.99, ablation=useless)
+    assert beyond.mechanism == "not classifiable" and "the answer does not need them" in beyond.reason
+    query = {1: [0.99, 0.05], 2: [0.99, 0.99]}
+    within = classify(probe_rows(query, {1: [1.0, 0.98], 2: [1.0, 0.99]}), COMPOSING_HEADS, layers=2, hops=2,
+                      solved=True, accuracy=1.0, ablation=useless)
+    assert within.mechanism == "linear"  # D ≤ L: the answer survives without the composing heads
+    as_costly = Ablation(composing_drop=0.6, control_drop=0.5)  # any heads of those layers cost as much
+    assert classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+                    accuracy=0.99, ablation=as_costly).mechanism == "not classifiable"
+
+
+def test_a_query_probe_that_under_reads_the_model_makes_it_not_classifiable():
+    """The case that motivated the rule: accuracy 0.945, final-layer probe 0.746, farthest hops (1, 1)."""
+    weak = {1: [0.99, 0.05, 0.05], 2: [0.99, 0.6, 0.746]}
+    found = classify(probe_rows(weak, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+                     accuracy=0.945, ablation=NEEDED)
+    assert found.farthest == (1, 1)
+    assert found.mechanism == "not classifiable" and "too weak" in found.reason
+    assert math.isclose(found.adequacy_gap, 0.199)
+    missing = probe_rows({1: [0.99]}, LINKS_COMPOSE)  # no final-layer probe for hop 3 at all
+    assert classify(missing, COMPOSING_HEADS, layers=2, hops=3, solved=True, accuracy=0.99,
+                    ablation=NEEDED).mechanism == "not classifiable"
+
+
+def test_an_unsolved_model_is_unsolved_whatever_its_evidence():
+    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=False,
+                     accuracy=0.4, ablation=NEEDED)
+    assert found.mechanism == "unsolved" and found.link_farthest == (2, 3)
+
+
+def test_farthest_hop_counts_a_jump_past_an_undecoded_hop():
+    probes = pd.DataFrame({"site": "query", "layer": [1, 1, 2, 2, 2], "hops": [1, 2, 1, 2, 3],
+                           "accuracy": [0.99, 0.2, 0.99, 0.1, 0.95]})
+    assert farthest_hops(probes, layers=2) == (1, 3)
+    assert farthest_hops(probes, layers=2, threshold=0.96) == (1, 1)
+
+
+def test_mechanism_table_classifies_each_model_by_its_key_with_every_evidence_column():
+    probes = pd.concat([probe_rows(QUERY_D3, LINKS_COMPOSE).assign(run_id="a"),
+                        probe_rows({1: [0.99, 0.05], 2: [0.99, 0.99]}, LINKS_ALONE).assign(run_id="b"),
+                        probe_rows(QUERY_D3, LINKS_ALONE).assign(run_id="c")])
+    heads = pd.concat([COMPOSING_HEADS.assign(run_id="a"), LINEAR_HEADS.assign(run_id="b")])
+    models = pd.DataFrame({"run_id": ["a", "b", "c", "d"], "layers": 2, "hops": [3, 2, 3, 3],
+                           "solved": [True, True, True, False], "accuracy": [0.99, 1.0, 0.99, 0.3]})
+    composition = pd.DataFrame({"run_id": ["a"], "composing_heads": ["L1H0"], "composing_drop": [0.85],
+                                "control_drop": [0.05], "uniform_next": [0.2], "uniform_prev": [0.2]})
+    table = mechanism_table(probes, heads, models, composition).set_index("run_id")
+    assert list(table.columns) == list(MECHANISM_COLUMNS)
+    assert table.mechanism.to_dict() == {"a": "compositional", "b": "linear", "c": "not classifiable", "d": "unsolved"}
+    assert table.loc["a", "composing_heads"] == "L1H0" and table.loc["a", "link_farthest"] == "2,3"
+    assert table.loc["a", "farthest"] == "1,3" and np.isclose(table.loc["a", "control_drop"], 0.05)
+    assert math.isnan(table.loc["b", "composing_drop"])  # no composition row: no ablation evidence
+    assert set(table.mechanism) <= set(MECHANISMS)
+
+
+def test_every_classified_mechanism_has_a_mark_in_the_figures():
+    assert set(MECHANISM_MARKS) == set(MECHANISMS) - {"unsolved"}
+
+
+def test_control_sets_match_the_composing_heads_layer_by_layer():
+    composing = np.array([[True, False, False, False], [True, True, False, False], [False] * 4])
+    sets = control_sets(composing)
+    assert len(sets) == 3 * 1  # one of layer 1's three others, both of layer 2's two others
+    for grid in sets:
+        assert not (grid & composing).any() and grid.sum(axis=1).tolist() == [1, 2, 0]
+    wide = np.zeros((2, 8), dtype=bool)
+    wide[:, :2] = True
+    assert len(control_sets(wide, most=5)) == 5  # C(6, 2)² = 225 choices, five drawn
+    assert control_sets(np.zeros((2, 4), dtype=bool)) == []
+
+
+def test_link_positions_are_every_position_before_the_query_statement():
+    packed, flat = RetrievalConfig(vocab=12, chains=2, hops=2), RetrievalConfig(vocab=12, chains=2, hops=2,
+                                                                                layout="flat")
+    assert link_positions(packed).tolist() == [True] * 4 + [False]
+    assert link_positions(flat).tolist() == [True] * 8 + [False] * 2
+
+
+# --- hand-built models: the mechanism is known by construction ---------------------------------
 
 class Space:
     """Residual subspaces of the hand-built models, V wide each (marker and always-on: one dim)."""
@@ -81,15 +218,20 @@ def _hand_built(cfg: RetrievalConfig, compose: bool) -> EnsembleTransformer:
     return model
 
 
-def _evidence(model: EnsembleTransformer, cfg: RetrievalConfig, n: int = 600):
-    batch = generate(cfg, n, 3)
+def _classified(model: EnsembleTransformer, cfg: RetrievalConfig):
+    """The model's accuracy and its Mechanism from probes sized by `probe_examples`, head scores and the
+    composition check, all on fresh examples (the model is causal)."""
+    probed = generate(cfg, probe_examples(model.cfg.d_model, cfg.vocab), 3)
+    probes = depth_probes(model, cfg, probed, map_statements(cfg, probed))
+    batch = generate(cfg, 600, 4)
     smap = map_statements(cfg, batch)
-    probes = depth_probes(model, cfg, batch, smap)
     heads = head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True)
-    with torch.no_grad():
-        out = model(torch.as_tensor(batch.tokens).long()[None])[0]
-    accuracy = float((out[:, -cfg.vocab:].argmax(-1).numpy() == batch.answer).mean())
-    return probes, heads, accuracy, uniform_link_mass(smap, causal=True)
+    intervention = HeadIntervention(model, cfg, batch, smap)
+    accuracy = float(intervention.accuracy(intervention.clean_prediction)[0])
+    check = composition_check(heads, intervention, uniform_link_mass(smap, causal=True)).iloc[0]
+    found = classify(probes, heads, layers=2, hops=cfg.hops, solved=accuracy >= 0.9, accuracy=accuracy,
+                     ablation=Ablation(check.composing_drop, check.control_drop), uniform=uniform_link_mass(smap, True))
+    return accuracy, found
 
 
 COMPOSE = RetrievalConfig(vocab=12, chains=2, hops=3, order="chain")
@@ -97,51 +239,20 @@ STACK = RetrievalConfig(vocab=12, chains=2, hops=2)
 
 
 def test_a_hand_built_two_layer_model_that_composes_links_is_compositional():
-    model = _hand_built(COMPOSE, compose=True)
-    probes, heads, accuracy, uniform = _evidence(model, COMPOSE)
+    accuracy, found = _classified(_hand_built(COMPOSE, compose=True), COMPOSE)
     assert accuracy == 1.0  # three hops in two layers
-    found = classify(probes, heads, layers=2, solved=True, uniform=uniform)
-    assert found.mechanism == "compositional"
-    assert found.farthest == (1, 3) and found.excess == 1
+    assert found.mechanism == "compositional", found
+    assert found.link_farthest[0] >= 2 and found.farthest == (1, 3)
     assert found.reads == "root-ward" and found.link_next > 0.95
+    assert found.composing_drop > 0.5 and found.control_drop < 0.05  # layer 1's other head works at the query
 
 
 def test_a_hand_built_stack_of_one_hop_heads_is_linear():
-    model = _hand_built(STACK, compose=False)
-    probes, heads, accuracy, uniform = _evidence(model, STACK)
+    accuracy, found = _classified(_hand_built(STACK, compose=False), STACK)
     assert accuracy == 1.0
-    found = classify(probes, heads, layers=2, solved=True, uniform=uniform)
-    assert found.mechanism == "linear"
-    assert found.farthest == (1, 2) and found.excess == 0
+    assert found.mechanism == "linear", found
+    assert found.farthest == (1, 2) and found.link_farthest == (1, 1)
     assert found.reads == "none"  # layer 1 head 0 is uniform: no more than twice the uniform share
-
-
-def test_the_stack_cannot_answer_three_hops_and_an_unsolved_model_is_unsolved():
-    cfg = RetrievalConfig(vocab=12, chains=2, hops=3, order="chain")
-    model = _hand_built(cfg, compose=False)
-    probes, heads, accuracy, uniform = _evidence(model, cfg)
-    assert accuracy < 0.9  # the readout's third block reads nothing
-    assert classify(probes, heads, layers=2, solved=False, uniform=uniform).mechanism == "unsolved"
-
-
-def test_farthest_hop_counts_a_jump_past_an_undecoded_hop():
-    probes = pd.DataFrame({"site": "query", "layer": [1, 1, 2, 2, 2], "hops": [1, 2, 1, 2, 3],
-                           "accuracy": [0.99, 0.2, 0.99, 0.1, 0.95]})
-    assert farthest_hops(probes, layers=2) == (1, 3)
-    assert farthest_hops(probes, layers=2, threshold=0.96) == (1, 1)
-
-
-def test_mechanism_table_classifies_each_model_by_its_key():
-    probes = pd.DataFrame({"run_id": ["a", "a", "b", "b"], "site": "query", "layer": [1, 2, 1, 2],
-                           "hops": [1, 3, 1, 2], "accuracy": 0.99})
-    heads = pd.DataFrame({"run_id": ["a", "b"], "layer": 0, "head": 0, "link_next": [0.9, 0.1],
-                          "link_prev": [0.0, 0.1]})
-    models = pd.DataFrame({"run_id": ["a", "b", "c"], "layers": 2, "solved": [True, True, False],
-                           "uniform_next": 0.2, "uniform_prev": 0.2})
-    table = mechanism_table(probes, heads, models).set_index("run_id")
-    assert table.mechanism.to_dict() == {"a": "compositional", "b": "linear", "c": "unsolved"}
-    assert table.loc["a", "reads"] == "root-ward" and table.loc["b", "reads"] == "none"
-    assert np.isclose(table.loc["a", "link_next"], 0.9)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -157,3 +268,64 @@ def test_uniform_reference_matches_a_uniform_head(causal):
     smap = map_statements(cfg, batch)
     scores = head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=causal)
     assert np.allclose(uniform_link_mass(smap, causal), (scores.link_next[0], scores.link_prev[0]), atol=1e-5)
+
+
+# --- trained at CPU scale: one model composing links, one linear ---------------------------------
+
+TRAINED = {**scale_settings("cpu"), "vocab": 24, "chains": 4, "heads": 4, "d_model": 64, "supervision": "query",
+           "curriculum": "ic", "eval_every": 100, "log_checkpoints": 1, "seed": 0}
+# Causal, chain order, 2 layers on D = 3: solved from about step 700 (seed 0: hop-3 accuracy 0.40 at 600,
+# 1.00 at 700). Shuffled order, 2 layers on D = 2: solved from step 300, one hop per layer.
+CELLS = {"composing": {"layers": 2, "hops": 3, "order": "chain", "steps": 800, "checkpoint_every": 800},
+         "linear": {"layers": 2, "hops": 2, "order": "shuffled", "steps": 400, "checkpoint_every": 400}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The two trained models' metrics, evidence and mechanism table, by cell name."""
+    out = tmp_path_factory.mktemp("mechanism")
+    runs = {name: expand_grid({**TRAINED, **cell}, {})[0] for name, cell in CELLS.items()}
+    final = final_metrics(train_runs(list(runs.values()), out, device="cpu", progress=False)).set_index("run_id")
+    probes, heads, composition = mechanism_evidence(out, {run.run_id for run in runs.values()})
+    models = pd.DataFrame({"run_id": [run.run_id for run in runs.values()],
+                           "layers": [run.model.layers for run in runs.values()],
+                           "hops": [run.task.hops for run in runs.values()],
+                           "accuracy": [final.loc[run.run_id, "val_accuracy"] for run in runs.values()]})
+    models["solved"] = models.accuracy >= 0.9
+    table = mechanism_table(probes, heads, models, composition).set_index("run_id")
+    return {"out": out, "runs": runs, "probes": probes, "heads": heads, "composition": composition,
+            "classes": {name: table.loc[run.run_id] for name, run in runs.items()}}
+
+
+@pytest.mark.slow
+def test_a_trained_model_composing_links_is_compositional_on_its_own_evidence(trained):
+    found = trained["classes"]["composing"]
+    assert found.mechanism == "compositional", found.reason
+    assert int(found.link_farthest.split(",")[0]) >= 2  # links hold hop 2 after layer 1
+    assert found.composing_drop >= 0.5 and found.composing_drop - found.control_drop >= 0.2
+    assert found.adequacy_gap <= 0.1 and found.reads in ("root-ward", "both")
+    probes = trained["probes"][trained["probes"].run_id == trained["runs"]["composing"].run_id]
+    assert (probes.train_samples >= 10 * 65).all()  # the probes' budget: ten samples per feature
+
+
+@pytest.mark.slow
+def test_a_trained_one_hop_per_layer_model_is_linear(trained):
+    found = trained["classes"]["linear"]
+    assert found.mechanism == "linear", found.reason
+    assert found.link_farthest.split(",")[0] == "1" and found.farthest == "1,2"
+
+
+@pytest.mark.slow
+def test_a_starved_probe_cannot_classify_the_composing_model(trained):
+    """The same model, its probes fitted on 28 examples for 64 features: the final-layer probe for hop 3
+    under-reads the model, and the classifier refuses rather than call it anything."""
+    run = trained["runs"]["composing"]
+    run_dir, index = find_run(trained["out"], run.run_id)
+    starved = generate(run.task, 40, np.random.default_rng(5))
+    probes = depth_probes(load_model(run_dir, index), run.task, starved, map_statements(run.task, starved))
+    check = trained["composition"][trained["composition"].run_id == run.run_id].iloc[0]
+    found = classify(probes, trained["heads"][trained["heads"].run_id == run.run_id], layers=2, hops=3, solved=True,
+                     accuracy=float(check.clean_accuracy), ablation=Ablation(check.composing_drop, check.control_drop),
+                     uniform=(check.uniform_next, check.uniform_prev))
+    assert found.probe_train == 1.0 and found.adequacy_gap > 0.1, found  # over-fitted, not read
+    assert found.mechanism == "not classifiable" and "too weak" in found.reason

@@ -10,7 +10,8 @@ from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.runs.store import load_model
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.positions import map_statements, reading_positions
-from headway.tasks.retrieval.probes import depth_probes, fit_probe, probe_reach, probe_targets, residual_streams
+from headway.tasks.retrieval.probes import (depth_probes, fit_probe, probe_examples, probe_reach, probe_targets,
+                                            residual_streams)
 from headway.tasks.retrieval.solver import solve
 from headway.train.sweep import train_runs
 
@@ -28,7 +29,7 @@ def synthetic_features(labels: np.ndarray, width: int, signal: float, seed: int)
 def split_probe(features: np.ndarray, labels: np.ndarray) -> float:
     """Probe accuracy with the first 70% of samples for training and the rest for testing."""
     cut = int(0.7 * len(labels))
-    return fit_probe(features[:cut], labels[:cut], features[cut:], labels[cut:], VOCAB)
+    return fit_probe(features[:cut], labels[:cut], features[cut:], labels[cut:], VOCAB)[1]
 
 
 def test_symbol_written_into_the_residual_is_decoded():
@@ -51,6 +52,24 @@ def test_probe_is_deterministic_and_ignores_constant_features():
     features = synthetic_features(labels, 24, signal=3.0, seed=3)
     features[:, -1] = 5.0
     assert split_probe(features, labels) == split_probe(features.copy(), labels)
+
+
+def test_a_probe_short_of_samples_fits_its_training_set_and_under_reads_held_out():
+    """Fewer samples than features: the probe interpolates its training labels and reads a symbol the
+    residual plainly holds far worse held out; with ten samples per feature it reads both alike."""
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, VOCAB, 2000)
+    features = synthetic_features(labels, 64, signal=4.0, seed=5)
+    train, held_out = fit_probe(features[:40], labels[:40], features[1000:], labels[1000:], VOCAB)
+    assert train == 1.0 and held_out < 0.5
+    train, held_out = fit_probe(features[:650], labels[:650], features[1000:], labels[1000:], VOCAB)
+    assert held_out >= 0.9 and train - held_out < 0.05
+
+
+def test_probe_examples_give_ten_samples_per_feature_and_twenty_per_symbol():
+    assert probe_examples(64, 24) == 929  # 10 × 65 features on the 70% train split
+    assert probe_examples(128, 24) == 1843
+    assert probe_examples(16, 64) == 1829  # 20 × 64 symbols
 
 
 def reach_table(accuracy: dict[int, list[float]]) -> pd.DataFrame:
@@ -104,7 +123,9 @@ def test_untrained_model_probes_have_every_row(layout, tmp_path):
     assert len(reading_positions(cfg)) == map_statements(cfg, batch).n_statements
     table = depth_probes(model, cfg, batch, map_statements(cfg, batch), max_link_samples=300)
     assert len(table) == 2 * 3 * 2 * cfg.hops
-    assert table.accuracy.between(0, 1).all()
+    assert table.accuracy.between(0, 1).all() and table.train_accuracy.between(0, 1).all()
+    query = table[table.site == "query"]
+    assert (query.samples + query.train_samples == 200).all()  # every example in one split
     embedding = table[(table.layer == 0) & (table.hops == 1)].groupby("site").accuracy.mean()
     assert embedding["link"] >= 0.8 and embedding["query"] <= 0.3  # the reading slot embeds the right entity
     assert (table[table.site == "link"].samples <= 300).all()

@@ -5,7 +5,8 @@ Selections are [E, L, H] boolean masks, so every instance of an ensemble can hav
 replaced in the same forward pass. A selected slice is set to zero (`zero`), to its mean over a
 set of examples at each position (`mean`), to its activation on another example of the same set
 (`resample`: a value the head really produces, unlike the mean), or to the activation of a chosen
-corrupted input (`patch`).
+corrupted input (`patch`). A replacement may be confined to chosen positions (e.g. every position
+but the read-out one), so a head's work there is removed and its work elsewhere kept.
 """
 
 from __future__ import annotations
@@ -65,11 +66,11 @@ def mean_outputs(model: EnsembleTransformer, tokens: Tensor, chunk: int | None =
     return {name: total / tokens.shape[1] for name, total in totals.items()}
 
 
-def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str,
-                   source: dict[str, Tensor] | None = None) -> dict[str, Hook]:
+def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str, source: dict[str, Tensor] | None = None,
+                   positions: Tensor | None = None) -> dict[str, Hook]:
     """Hooks replacing the heads selected by `mask` [E, L, H]: with zero (`zero`) or with `source[name]`
     (`mean`: from `mean_outputs`; `resample` and `patch`: from `head_outputs` of the resampled or
-    patching input), broadcast to z."""
+    patching input), broadcast to z; at the positions `positions` ([S] bool) only, when given."""
     if kind not in KINDS:
         raise ConfigError(f"ablation kind = {kind!r} is unknown; choose one of {', '.join(KINDS)}")
     if kind != "zero" and source is None:
@@ -77,17 +78,22 @@ def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str,
     expected = (model.n_instances, model.cfg.layers, model.cfg.heads)
     if tuple(mask.shape) != expected:
         raise ConfigError(f"head mask has shape {tuple(mask.shape)}; expected {list(expected)} (instances, layers, heads)")
-    mask = mask.to(next(model.parameters()).device)
+    device = next(model.parameters()).device
+    mask = mask.to(device)
+    where = None if positions is None else positions.to(device).view(1, 1, -1, 1, 1)  # [1, 1, S, 1, 1]
     hooks = {}
     for layer, name in enumerate(z_names(model)):
         if mask[:, layer].any():
-            hooks[name] = _replace(mask[:, layer], None if kind == "zero" else source[name])
+            hooks[name] = _replace(mask[:, layer], None if kind == "zero" else source[name], where)
     return hooks
 
 
-def _replace(heads: Tensor, source: Tensor | None) -> Hook:
-    """A hook_z hook setting the heads [E, H] to `source` (zero when None)."""
+def _replace(heads: Tensor, source: Tensor | None, where: Tensor | None = None) -> Hook:
+    """A hook_z hook setting the heads [E, H] to `source` (zero when None), at the positions `where`
+    ([1, 1, S, 1, 1] bool) when given, else everywhere."""
     select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
+    if where is not None:
+        select = select & where
 
     def replace(z: Tensor, name: str) -> Tensor:
         value = torch.zeros((), dtype=z.dtype, device=z.device) if source is None else source.to(z.dtype)

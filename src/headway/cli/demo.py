@@ -32,6 +32,7 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     """Train layers × hops × seeds on the retrieval task (CPU scale) and report the depth law; with
     --compose, also the cell where two layers solve three hops by composing links."""
     from headway.plots.depth import plot_depth
+    from headway.plots.marks import describe_formulation
     from headway.runs.config import expand_grid
     from headway.studies.retrieval.depth import depth_table, measured_min_layers
     from headway.tasks.registry import scale_settings
@@ -51,7 +52,8 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     trained = train_runs(runs + composing, out, device=device)
     metrics = trained[trained.run_id.isin({run.run_id for run in runs})]
     table = depth_table(metrics)
-    figure = plot_depth(table, out / "depth_accuracy.png")
+    figure = plot_depth(table, out / "depth_accuracy.png",
+                        title=f"headway demo: accuracy vs depth\n{describe_formulation(metrics.iloc[0])}")
     table.to_csv(out / "depth_table.csv", index=False)
     click.echo("\nFinal-hop validation accuracy (mean over seeds, min–max):")
     for row in table.itertuples():
@@ -83,15 +85,16 @@ def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
     rules = RetrievalRules()
     metrics = metrics.assign(part="plain")
     final = final_runs(metrics, rules.solved_accuracy)
-    probes, heads = mechanism_evidence(out, set(final.run_id))
-    classes = run_mechanisms(final, probes, heads, rules.reach_accuracy)
+    probes, heads, composition = mechanism_evidence(out, set(final.run_id))
+    classes = run_mechanisms(final, probes, heads, composition, rules.mechanism_rule())
     phase = phase_table(final, metrics, classes, rules.solved_accuracy)
-    figure = plot_phase_diagram(phase, out / "depth_phase.png", ["supervision", "order"], rules.solved_accuracy,
-                                title="headway demo")
+    figure = plot_phase_diagram(phase, out / "depth_phase.png", rules.solved_accuracy, title="headway demo")
     cell = final[final.run_id.isin(run_ids)].merge(classes, on="run_id")
     click.echo("\nTwo layers, three hops (dense supervision, links in chain order): more hops than layers,")
     click.echo("which one hop per layer cannot reach:")
     for row in cell.itertuples():
-        click.echo(f"  seed {row.seed}: acc={row.val_accuracy:.3f}  {row.mechanism} (query decodes hops "
-                   f"{row.farthest} after layers 1, 2; links read {row.reads})")
+        click.echo(f"  seed {row.seed}: acc={row.val_accuracy:.3f}  {row.mechanism} (links decode hops "
+                   f"{row.link_farthest} and the query {row.farthest} after layers 1, 2; links read {row.reads}; "
+                   f"ablating the composing heads at links costs {row.composing_drop:.2f}, others "
+                   f"{row.control_drop:.2f})")
     click.echo(f"figure (every cell, with its mechanism): {figure}")

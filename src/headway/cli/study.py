@@ -13,7 +13,8 @@ import click
 
 from headway.cli.options import (OutputPath, check_compute, check_distinct, check_training_memory, compute_params,
                                  executor_params, memory_check_params, option_flag, parse_value, parse_values,
-                                 pop_compute, pop_deadline, pop_executor, renamed_options, time_limit_params)
+                                 pop_compute, pop_deadline, pop_executor, renamed_options, setting_option,
+                                 time_limit_params)
 from headway.errors import ConfigError
 from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
 from headway.settings import check_choice, check_int, field_types
@@ -110,8 +111,8 @@ def study_command(cls: type[Study]) -> click.Command:
         *time_limit_params(),
         *memory_check_params(),
     ]
-    params += [click.Option([option_flag(name), name], default=None, metavar="V[,V…]",
-                            help=f"{field.metadata['help']} [default: the scale's]") for name, field in fields.items()]
+    params += [setting_option(name, kinds[field.name], f"{field.metadata['help']} [default: the scale's]")
+               for name, field in fields.items()]
     params += [click.Option([option_flag(name), name], default=None, metavar="V",
                             help=f"Override the {name.replace('_', ' ')} of every run.") for name in cls.run_settings]
     params += [

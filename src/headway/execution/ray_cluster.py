@@ -250,7 +250,8 @@ class RayExecutor(Executor):
              progress: bool) -> None:
         """Submit every job, show one bar for the grid until all have ended, and raise for the failed."""
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        from tqdm.auto import tqdm
+
+        from headway.progress import progress as progress_bar
 
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         board = ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
@@ -258,7 +259,7 @@ class RayExecutor(Executor):
         names = {task.options(**option).remote(board, job, check, headway.__version__): job.name
                  for job, option in zip(jobs, options)}
         pending, failed, attempts = list(names), {}, {}
-        bar = tqdm(total=len(jobs), desc=desc, unit="ensemble", disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(len(jobs), desc, "ensemble", enabled=progress)  # plain lines when not on a terminal
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
@@ -271,7 +272,7 @@ class RayExecutor(Executor):
                 attempts = self.attempts(ray, board, attempts)
                 running = sum(1 for ref in pending if names[ref] in attempts)
                 bar.set_postfix(running=running, failed=len(failed),
-                                retried=sum(len(nodes) - 1 for nodes in attempts.values()), refresh=False)
+                                retried=sum(len(nodes) - 1 for nodes in attempts.values()))
         except KeyboardInterrupt:
             for ref in pending:
                 ray.cancel(ref, force=True)

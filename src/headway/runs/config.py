@@ -44,6 +44,7 @@ class RunConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "seed", check_int("seed", self.seed, 0, MAX_SEED))
         object.__setattr__(self, "data_seed", check_int("data_seed", self.data_seed, 0, MAX_SEED))
+        self.task.check_model(self.model)
         default = TrainConfig()
         for name in self.task.ignored_training:
             if getattr(self.train, name) != getattr(default, name):

@@ -13,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 
 from headway.settings import Settings
+
+if TYPE_CHECKING:
+    from headway.model.config import ModelConfig
 
 
 @runtime_checkable
@@ -128,6 +131,9 @@ class Task(Settings, ABC):
     def d_out(self) -> int:
         """Readout width per read position: all targets at one position, or one per position."""
         return self.vocab * (self.n_targets if self.readout_positions == 1 else 1)
+
+    def check_model(self, model: ModelConfig) -> None:
+        """Raise ConfigError when this task's settings cannot train `model` (default: every model can)."""
 
     # --- data ---------------------------------------------------------------------------------
 

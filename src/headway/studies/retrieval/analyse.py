@@ -1,5 +1,6 @@
 """Analyse the instances of one trained ensemble that share a task: head roles and circuit, role
-scores over checkpoints, depth probes. All of them are measured on the same fixed examples.
+scores over checkpoints, depth probes and the composition check. All of them are measured on the same
+fixed examples, the probes on more of them where their width and vocabulary need it (`probe_examples`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from headway.runs.checkpoints import checkpoint_steps, load_tensors
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.studies.retrieval.rules import RetrievalRules
-from headway.tasks.retrieval.heads import head_scores, statement_patterns
+from headway.tasks.retrieval.composition import composition_check
+from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
 from headway.tasks.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes
+from headway.tasks.retrieval.probes import depth_probes, probe_examples
 from headway.tasks.retrieval.faithfulness import circuit_check
 from headway.tasks.retrieval.paths import path_patching
 from headway.tasks.retrieval.roles import attention_roles, name_circuit
@@ -33,8 +35,8 @@ CURVE_EXAMPLES = 256  # of those, the ones scored at every checkpoint: attention
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     rules: RetrievalRules, examples: int = EXAMPLES,
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
-    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes) for the
-    instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
+    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition) for
+    the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
     analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, random sets, their sweeps)."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
@@ -50,7 +52,10 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     paths = path_patching(heads, intervention)
     sweeps = rules.sweeps()
     sensitivity = circuit_sensitivity(effects, intervention, sweeps["role_score"], sweeps["circuit_drop"])
-    probes = depth_probes(model, task, batch, smap)
+    composition = composition_check(scores, intervention, uniform_link_mass(smap, causal))
+    probed = generate(task, max(examples, probe_examples(model_cfg.d_model, task.vocab)),
+                      np.random.default_rng(ANALYSIS_SEED))
+    probes = depth_probes(model, task, probed, map_statements(task, probed))
     curves = []
     few = batch.subset(slice(0, curve_examples))
     few_map = map_statements(task, few)
@@ -60,4 +65,4 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         frame.insert(0, "step", step)
         curves.append(frame)
     return {"heads": heads, "circuit": circuit, "paths": paths, "circuit_sensitivity": sensitivity,
-            "head_curves": pd.concat(curves, ignore_index=True), "probes": probes}
+            "head_curves": pd.concat(curves, ignore_index=True), "probes": probes, "composition": composition}

@@ -3,14 +3,20 @@
 Theorem 1's bound ⌈log₃(2D)⌉ assumes information can flow both ways along a chain. Under a causal
 mask, or with flat statements, fewer link orders let it through (`headway.tasks.retrieval.reach`),
 so the bound a cell is judged against is the fewest layers whose accuracy ceiling reaches the solved
-threshold for its attention, order and layout; `theorem_bound` keeps Theorem 1's value beside it."""
+threshold for its attention, order and layout; `theorem_bound` keeps Theorem 1's value beside it.
+`masked_fraction` is the expected share of link targets a cell's runs left out of the loss as
+undeliverable (`mask_unreachable`; 0 for runs without it)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 
 from headway.runs.store import final_metrics
 from headway.tasks.retrieval.reach import min_layers_reaching
+from headway.tasks.retrieval.reachable_targets import masked_fraction
+from headway.tasks.retrieval.task import RetrievalConfig
 from headway.tasks.retrieval.theory import min_layers
 
 _FLOW = ("attention", "order", "layout")  # what decides which link orders the information flow gets through
@@ -22,10 +28,12 @@ def depth_table(metrics: pd.DataFrame, threshold: float = 0.9, by: tuple[str, ..
     that applies (the fewest layers whose ceiling reaches `threshold`; Theorem 1's unless `by` names
     attention, order and layout)."""
     final = final_metrics(metrics)
+    final = final.assign(masked_fraction=run_masked_fractions(final))
     table = (final.groupby([*by, "hops", "layers"])
              .agg(accuracy=("val_accuracy", "mean"), accuracy_min=("val_accuracy", "min"),
                   accuracy_max=("val_accuracy", "max"), seeds=("seed", "nunique"),
-                  vocab=("vocab", "first"), chains=("chains", "first"))
+                  vocab=("vocab", "first"), chains=("chains", "first"),
+                  masked_fraction=("masked_fraction", "mean"))
              .reset_index())
     table["chance_vocab"] = 1.0 / table.vocab
     table["chance_roots"] = 1.0 / table.chains
@@ -37,6 +45,16 @@ def depth_table(metrics: pd.DataFrame, threshold: float = 0.9, by: tuple[str, ..
         table["bound"] = table.theorem_bound
     table["solved"] = table.accuracy >= threshold
     return table.drop(columns=["vocab", "chains"])
+
+
+def run_masked_fractions(final: pd.DataFrame) -> list[float]:
+    """Per run (row of flat settings): the expected share of its link targets that mask_unreachable
+    masks, 0 where the column is absent or false."""
+    if "mask_unreachable" not in final.columns:
+        return [0.0] * len(final)
+    names = [f.name for f in dataclasses.fields(RetrievalConfig)]
+    return [masked_fraction(RetrievalConfig(**{name: run[name] for name in names})) if run.mask_unreachable else 0.0
+            for _, run in final.iterrows()]
 
 
 def measured_min_layers(table: pd.DataFrame, by: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -12,6 +12,8 @@ import pandas as pd
 from headway.analysis.emergence import emergence_table
 from headway.plots.emergence import plot_emergence, plot_hop_accuracy
 from headway.plots.heads import plot_attention_maps, plot_circuit
+from headway.plots.marks import FORMULATION_COLUMNS
+from headway.plots.phase import plot_order_supervision_contrast
 from headway.runs.store import load_model, load_runs
 from headway.studies.retrieval.analyse import ANALYSIS_SEED
 from headway.studies.retrieval.tables import ic_cells
@@ -97,3 +99,26 @@ def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFr
         out[plot_hop_accuracy(mine, table, figures / "emergence_hops.png", chance=chance)] = (
             cell, "Per-hop validation accuracy (dotted: chance)")
     return out
+
+
+def contrast_figure(final: pd.DataFrame, mechanism_class: pd.DataFrame, phase: pd.DataFrame, figures: Path,
+                    threshold: float) -> tuple[Path, pd.Series] | None:
+    """The link order × supervision contrast (`plot_order_supervision_contrast`) at the cheapest cell where
+    composition is testable — the fewest layers, then hops, among the solvable phase cells with D > L — with
+    its attention, layout and masking; None when the grid trained one order and one supervision, or has no
+    such cell or no classified run."""
+    runs = final[(final.part == "plain") & (final.curriculum == "ic")]
+    if runs.order.nunique() < 2 and runs.supervision.nunique() < 2:
+        return None
+    cells = phase[phase.beyond_linear & phase.solvable].sort_values(["layers", "hops"])
+    if cells.empty:
+        return None
+    cell = cells.iloc[0]
+    for column in [c for c in FORMULATION_COLUMNS if c not in ("order", "supervision") and c in cell.index]:
+        runs = runs[runs[column] == cell[column]]
+    runs = runs.merge(mechanism_class[["run_id", "mechanism"]], on="run_id")
+    if runs.empty:
+        return None
+    path = plot_order_supervision_contrast(runs, figures / "phase_contrast.png", int(cell.layers), int(cell.hops),
+                                           threshold, float(cell.chance_roots), cell.attention, cell.layout)
+    return path, cell

@@ -5,13 +5,12 @@ A cell with D > L cannot be solved one hop per layer; it is solvable at all only
 ceiling (`reach.accuracy_ceiling`: reachable fraction, plus a root guess elsewhere) reaches the
 solved threshold. So an unsolved cell is told apart from an unsolvable one, and a solved D > L cell
 is evidence of composition, which the mechanism classifier (`tasks.retrieval.mechanism`) must
-confirm from the model's probes and attention.
+confirm from the model's link-site probes and the ablation of its link-composing heads, or else call
+the model not classifiable.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -20,49 +19,52 @@ import pandas as pd
 from headway.studies.retrieval.rules import FORMULATION
 from headway.runs import layout
 from headway.runs.store import load_model, load_runs
+from headway.tasks.retrieval.composition import composition_check
 from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.mechanism import mechanism_table
+from headway.tasks.retrieval.interventions import HeadIntervention
+from headway.tasks.retrieval.mechanism import MECHANISM_COLUMNS, MECHANISMS, MechanismRule, mechanism_table
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes
+from headway.tasks.retrieval.probes import depth_probes, probe_examples
 from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
-from headway.tasks.retrieval.task import RetrievalConfig, generate
-
-_REFERENCE_EXAMPLES = 512  # examples the uniform-attention reference of a task is measured on
+from headway.tasks.retrieval.task import generate
 
 
-def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Per plain-task run: its mechanism (linear, compositional, unsolved) and the evidence, a hop counting
-    as decoded at probe accuracy ≥ `threshold`."""
+def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, composition: pd.DataFrame,
+                   rule: MechanismRule) -> pd.DataFrame:
+    """Per plain-task run: its mechanism (one of MECHANISMS) and the evidence (MECHANISM_COLUMNS) by `rule`,
+    from its probes, head scores and composition check (`composition.composition_check`)."""
     plain = final[final.part == "plain"]
     if plain.empty or probes.empty:
-        return pd.DataFrame(columns=["run_id", "mechanism", "farthest", "excess", "reads", "link_next", "link_prev"])
-    models = plain[["run_id", "layers", "solved"]].copy()
-    references = [_uniform_reference(_task_of(row), row.attention == "causal") for row in plain.itertuples()]
-    models["uniform_next"], models["uniform_prev"] = zip(*references, strict=True)
-    return mechanism_table(probes, heads, models, threshold=threshold)
+        return pd.DataFrame(columns=["run_id", *MECHANISM_COLUMNS])
+    models = plain[["run_id", "layers", "hops", "solved", "val_accuracy"]].rename(columns={"val_accuracy": "accuracy"})
+    return mechanism_table(probes, heads, models, composition, rule=rule)
 
 
 def mechanism_evidence(sweep: Path | str, run_ids: set[str], examples: int = 1024,
-                       seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Depth probes and head scores (with `run_id`) of the plain retrieval runs `run_ids` trained under
-    `sweep`: what `run_mechanisms` needs, without the study's full circuit analysis (for a quick sweep
-    such as `headway demo`)."""
-    probes, heads = [], []
+                       seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Depth probes (on at least `probe_examples` examples), head scores and the composition check (each with
+    `run_id`) of the plain retrieval runs `run_ids` trained under `sweep`: what `run_mechanisms` needs,
+    without the study's full circuit analysis (for a quick sweep such as `headway demo`)."""
+    probes, heads, checks = [], [], []
     for run_dir in layout.ensemble_dirs(Path(sweep)):
         runs = load_runs(run_dir)
         for index, run in enumerate(runs):
             if run.run_id not in run_ids:
                 continue
-            task = run.task
+            task, causal = run.task, run.model.attention == "causal"
             batch = generate(task, examples, np.random.default_rng(seed))
             smap = map_statements(task, batch)
             model = load_model(run_dir, index)
-            probes.append(depth_probes(model, task, batch, smap).assign(run_id=run.run_id))
-            heads.append(head_scores(statement_patterns(model, task, batch.tokens), task, smap,
-                                     run.model.attention == "causal").assign(run_id=run.run_id))
+            probed = generate(task, max(examples, probe_examples(run.model.d_model, task.vocab)),
+                              np.random.default_rng(seed))
+            probes.append(depth_probes(model, task, probed, map_statements(task, probed)).assign(run_id=run.run_id))
+            scores = head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal)
+            heads.append(scores.assign(run_id=run.run_id))
+            checks.append(composition_check(scores, HeadIntervention(model, task, batch, smap),
+                                            uniform_link_mass(smap, causal)).assign(run_id=run.run_id))
     if not probes:
-        return pd.DataFrame(), pd.DataFrame()
-    return pd.concat(probes, ignore_index=True), pd.concat(heads, ignore_index=True)
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    return tuple(pd.concat(frames, ignore_index=True) for frames in (probes, heads, checks))
 
 
 def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.DataFrame,
@@ -75,13 +77,12 @@ def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.
         return pd.DataFrame()
     first = _first_solved_step(metrics[metrics.run_id.isin(runs.run_id)], threshold)
     runs = runs.assign(solved_step=runs.run_id.map(first))
-    keys = [*FORMULATION, "hops", "layers"]
+    keys = [*_formulation_columns(runs), "hops", "layers"]
     table = (runs.groupby(keys)
              .agg(accuracy=("val_accuracy", "mean"), accuracy_min=("val_accuracy", "min"),
                   accuracy_max=("val_accuracy", "max"), seeds=("seed", "nunique"), chains=("chains", "first"),
                   steps=("step", "max"), solved_runs=("solved", "sum"),
-                  compositional=("mechanism", lambda m: int((m == "compositional").sum())),
-                  linear=("mechanism", lambda m: int((m == "linear").sum())),
+                  **{_count_column(kind): ("mechanism", _counter(kind)) for kind in MECHANISMS},
                   median_solved_step=("solved_step", "median"))
              .reset_index())
     bounds = [reachable_fraction(int(r.hops), int(r.layers), r.attention, r.order, r.layout)
@@ -95,6 +96,13 @@ def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.
     return table
 
 
+def _formulation_columns(runs: pd.DataFrame) -> list[str]:
+    """What tells one phase diagram panel from another: the formulation, and whether unreachable targets
+    were masked when the runs carry that setting (results older than it do not)."""
+    masked = "mask_unreachable" in runs.columns and "mask_unreachable" not in FORMULATION
+    return [*FORMULATION, *(["mask_unreachable"] if masked else [])]
+
+
 def cheapest_compositional(final: pd.DataFrame, mechanism_class: pd.DataFrame) -> pd.Series | None:
     """The solved compositional run with the fewest layers, then the fewest hops beyond them, then the
     lowest seed: the smallest model that shows composition."""
@@ -105,19 +113,17 @@ def cheapest_compositional(final: pd.DataFrame, mechanism_class: pd.DataFrame) -
     return runs.sort_values(["layers", "hops", "seed"]).iloc[0]
 
 
+def _count_column(mechanism: str) -> str:
+    """The phase table's column counting the runs of one mechanism: its name, spaces as underscores."""
+    return mechanism.replace(" ", "_")
+
+
+def _counter(mechanism: str):
+    """How many runs of a cell have `mechanism`."""
+    return lambda column: int((column == mechanism).sum())
+
+
 def _first_solved_step(metrics: pd.DataFrame, threshold: float) -> pd.Series:
     """Per run, the first logged step with validation accuracy ≥ `threshold` (absent if never)."""
     reached = metrics[metrics.val_accuracy >= threshold]
     return reached.groupby("run_id").step.min()
-
-
-def _task_of(row) -> RetrievalConfig:
-    """The retrieval task of one row of the final table (its flat settings)."""
-    return RetrievalConfig(**{f.name: getattr(row, f.name) for f in dataclasses.fields(RetrievalConfig)})
-
-
-@cache
-def _uniform_reference(task: RetrievalConfig, causal: bool) -> tuple[float, float]:
-    """link_next and link_prev of a uniform-attention head on fixed examples of `task`."""
-    batch = generate(task, _REFERENCE_EXAMPLES, 0)
-    return uniform_link_mass(map_statements(task, batch), causal)

@@ -47,6 +47,8 @@ class RetrievalPlan(Plan):
     orders: tuple[str, ...] = field(default=("shuffled",), metadata=axis("Link orders: shuffled, chain.", "order"))
     supervisions: tuple[str, ...] = field(default=("query",), metadata=axis(
         "Supervision: query, dense (every link also predicts its chain; IC only).", "supervision"))
+    mask_unreachable: bool = field(default=False, metadata=axis(
+        "Mask the dense targets no depth can deliver under a causal mask (dense causal cells; alone: true)."))
     conditional_base: dict[str, Any] = field(default_factory=dict)
     conditional_layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Conditional grid: layer counts."))
     conditional_hops: tuple[int, ...] = field(
@@ -68,11 +70,18 @@ class RetrievalPlan(Plan):
             bad = [v for v in getattr(self, name) if v < 1]
             if bad:
                 raise ConfigError(f"{name} = {bad[0]} is not allowed; use whole numbers >= 1")
+        has_dense_causal = "dense" in self.supervisions and "causal" in self.attentions and "ic" in self.curricula
+        if self.mask_unreachable and not has_dense_causal:
+            raise ConfigError("mask_unreachable = True masks the targets of dense, causal IC cells and this plan has "
+                              f"none (supervision {','.join(self.supervisions)}, attention "
+                              f"{','.join(self.attentions)}, curriculum {','.join(self.curricula)}); "
+                              "add --supervision dense (and --attention causal, --curriculum ic)")
 
     def depth_runs(self) -> list[RunConfig]:
         """Plain-task runs. With one hop the curricula coincide, so D=1 is trained with `ic` only; other
         curricula are trained at `contrast_hops` only when those are given (a cheaper contrast). Dense
-        supervision exists for `ic` only, so the other curricula are trained with the query's."""
+        supervision exists for `ic` only, so the other curricula are trained with the query's; with
+        `mask_unreachable`, its causal runs mask the targets no depth can deliver."""
         runs = []
         for curriculum in self.curricula:
             supervisions = list(self.supervisions) if curriculum == "ic" else ["query"]
@@ -83,8 +92,14 @@ class RetrievalPlan(Plan):
                 continue
             axes = {"layout": list(self.layouts), "attention": list(self.attentions), "order": list(self.orders),
                     "supervision": supervisions, "hops": hops, "layers": list(self.layers), "seed": list(self.seeds)}
-            runs += expand_grid({**self.depth_base, "curriculum": curriculum}, axes)
+            runs += [self._masked(run) for run in expand_grid({**self.depth_base, "curriculum": curriculum}, axes)]
         return runs
+
+    def _masked(self, run: RunConfig) -> RunConfig:
+        """`run` with mask_unreachable set where the plan asks for it and a mask applies (dense, causal)."""
+        if not (self.mask_unreachable and run.task.supervision == "dense" and run.model.attention == "causal"):
+            return run
+        return replace(run, task=replace(run.task, mask_unreachable=True))
 
     def conditional_runs(self) -> list[RunConfig]:
         """Conditional-task runs (IC), empty when the plan has no conditional hops."""

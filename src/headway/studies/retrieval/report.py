@@ -14,14 +14,15 @@ from headway.report.figures import fresh_figures
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.base import RUNS, StudyData
-from headway.studies.retrieval.figures import emergence_figures, example_figures, pick_example
+from headway.studies.retrieval.figures import contrast_figure, emergence_figures, example_figures, pick_example
 from headway.studies.retrieval.phase import cheapest_compositional
 from headway.studies.retrieval.rules import FORMULATION, RetrievalRules
 from headway.studies.retrieval.sensitivity import flips
 from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
-from headway.tasks.retrieval.mechanism import READ_LEVEL
+from headway.tasks.retrieval.mechanism import composing_heads
+from headway.tasks.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
 
 
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:
@@ -31,6 +32,8 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     tables.depth.to_csv(out / "depth_table.csv", index=False)
     if not tables.phase.empty:
         tables.phase.to_csv(out / "phase_table.csv", index=False)
+    if not tables.factors.empty:
+        tables.factors.to_csv(out / "factor_table.csv", index=False)
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
@@ -46,6 +49,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _overview(report, data, tables.final)
     _depth_section(report, tables.depth, tables.minimal, figures, rules)
     _phase_section(report, data, tables, out / RUNS, figures)
+    _factor_section(report, tables.factors, rules)
     _mechanism_section(report, out / RUNS, tables, figures)
     _emergence_section(report, tables, figures, rules)
     _probe_section(report, tables, figures, rules)
@@ -86,19 +90,36 @@ def _depth_section(report: Report, depth: pd.DataFrame, minimal: pd.DataFrame, f
     report.section("Depth law")
     report.paragraph(
         "Final-hop validation accuracy per number of layers and hops, mean over seeds (± half the range). "
-        "The red staircase is Theorem 1's bound ⌈log₃(2D)⌉; a cell counts as solved at mean accuracy ≥ "
-        f"{rules.solved_accuracy:g}. Baselines: 1/V (a random symbol) and 1/K (a random chain root, reachable "
-        "without retrieval).")
+        "The red staircase is Theorem 1's bound ⌈log₃(2D)⌉; hatched cells have fewer layers than the bound that "
+        "applies to their attention, order and layout (unreachable at that depth); grey cells were not trained. "
+        f"A cell counts as solved at mean accuracy ≥ {rules.solved_accuracy:g}. Baselines: 1/V (a random symbol) "
+        "and 1/K (a random chain root, reachable without retrieval; marked on the colour bar).")
     facets = [f for f in FACETS if f in depth.columns]
     for key, table in depth.groupby(facets):
         name = ", ".join(f"{f} {v}" for f, v in zip(facets, key))
         slug = "_".join(str(v) for v in key)
-        part, curriculum, *variant = key
+        part, curriculum, *_ = key  # the plot names the formulation from the table's columns
         path = plot_depth(table, figures / f"depth_{slug}.png",
-                          title=f"Depth law: {part} task, curriculum {curriculum}\n{', '.join(variant)}")
+                          title=f"Depth law: {part} task, {curriculum} curriculum")
         report.figure(path, f"Accuracy over layers × hops ({name}).")
     report.table(minimal, "Measured minimum depth per D (fewest layers whose mean accuracy is solved) beside "
                           "the bound ⌈log₃(2D)⌉; empty when no trained depth solved it.")
+
+
+def _factor_section(report: Report, factors: pd.DataFrame, rules: RetrievalRules) -> None:
+    """Which factor of the formulation elicits composition, where the grid trained two levels of one."""
+    if factors.empty:
+        return
+    report.section("Which factor composes")
+    report.paragraph(
+        "Where the grid trains two levels of one factor (link order, supervision, attention) with the others held "
+        "fixed, the runs of each D > L cell that solve it by composing links are counted per level and the levels "
+        "compared by Fisher's exact test, two-sided (p: twice the smaller one-sided p). Power: the chance of "
+        f"p ≤ {rules.alpha:g} if one level composed in {rules.effect_factor_high:.0%} of runs and the other in "
+        f"{rules.effect_factor_low:.0%}; below {rules.power:g} a null result says nothing. These comparisons are "
+        "headway's own question, not a claim of the paper, so they are not in the verdicts' Holm family.")
+    report.table(factors, "Composing runs (solved and classed compositional) per level of the factor compared.",
+                 float_format="{:.3g}")
 
 
 def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, runs_dir: Path, figures: Path) -> None:
@@ -108,21 +129,29 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
     report.section("Depth phase diagram")
     report.paragraph(
         "Which formulations let L layers solve D > L hops. Each cell gives the mean final-hop accuracy, how many "
-        "of its runs were classified compositional (C: after some layer t the query decodes a hop beyond t, so "
-        "links were composed before the query read them) or linear (L: never more than one hop per layer), and "
-        "the share of link orders from which the information flow of its attention can reach the answer "
-        "(`headway reach`, docs/depth-bound.md). A hatched cell cannot be solved: even a perfect model that "
-        "guesses a chain root where it cannot reach stays below the solved threshold, so failing there is "
-        "not evidence against logarithmic depth.")
-    varying = [c for c in FORMULATION if phase[c].nunique() > 1] or ["supervision"]
+        "of its runs were classified compositional (comp: before the last layer its links decode hop 2 or beyond, "
+        "and mean-ablating the heads that compose them, at the links only, costs the answer more than ablating as "
+        "many other heads of those layers), linear (lin: D ≤ L without such composition, so one hop per layer) "
+        "or not classifiable (?: the final-layer query probe reads the answer well below the model's accuracy, "
+        "or D > L is solved without established composition), and the share of link orders from which the information flow of its attention "
+        "can reach the answer (`headway reach`, docs/depth-bound.md). A hatched cell is unreachable at its depth: "
+        "even a perfect model that guesses a chain root where it cannot reach stays below the solved threshold, "
+        "so failing there is not evidence against logarithmic depth. Grey cells were not trained; the colour "
+        "bar marks 1/K, the accuracy of guessing a chain root without retrieval.")
     solved = data.rules.solved_accuracy
-    path = plot_phase_diagram(phase, figures / "phase_diagram.png", varying, solved)
-    report.figure(path, "Depth phase diagram, one panel per formulation.")
+    path = plot_phase_diagram(phase, figures / "phase_diagram.png", solved)
+    report.figure(path, "Depth phase diagram, one panel per formulation (the settings every panel shares are in "
+                        "the title).")
+    contrast = contrast_figure(tables.final, tables.mechanism_class, phase, figures, solved)
+    if contrast is not None:
+        path, cell = contrast
+        report.figure(path, f"Link order × supervision with {cell.layers} layers: each seed's final-hop accuracy "
+                            f"over hops, marked by its mechanism; shaded, D = {cell.hops}, the fewest hops beyond "
+                            "one per layer that the information flow lets through.")
     beyond = phase[phase.beyond_linear & phase.solvable]
     if not beyond.empty:
         runs = data.metrics[data.metrics.run_id.isin(set(tables.final.run_id))]
-        path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", varying,
-                                    solved)
+        path = plot_learning_curves(runs[runs.curriculum == "ic"], beyond, figures / "phase_curves.png", solved)
         report.figure(path, "Final-hop accuracy against training steps in the solvable cells with D > L, one line "
                             "per seed: still rising at the end means the step budget, flat means the mechanism.")
     report.table(phase, "Per formulation and cell: accuracy over seeds, runs solved and their mechanism classes, "
@@ -133,14 +162,16 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         report.paragraph("No trained model was classified compositional, so there is no compositional circuit to show.")
         return
     heads = tables.heads
-    composing = heads[(heads.run_id == run.run_id) & (heads.layer < run.layers - 1)
-                      & ((heads.link_next >= READ_LEVEL) | (heads.link_prev >= READ_LEVEL))]
+    composing = composing_heads(heads[heads.run_id == run.run_id], run.layers)
     maps, diagram = example_figures(runs_dir, run, heads, figures, tag="compositional", also=composing)
     name = f"D = {run.hops} with {run.layers} layers ({', '.join(f'{c} {run[c]}' for c in FORMULATION)}, seed {run.seed})"
     report.paragraph(
-        f"**The cheapest compositional solution found**: {name}. Its query decodes hops {run.farthest} after "
-        f"layers 1…{run.layers}; its links read {run.reads} before the last layer (strongest head: "
-        f"{run.link_next:.2f} of its attention on the root-ward neighbour, {run.link_prev:.2f} on the leaf-ward one).")
+        f"**The cheapest compositional solution found**: {name}. Its links decode hops {run.link_farthest} and "
+        f"its query hops {run.farthest} after layers 1…{run.layers}; its links read {run.reads} before the last "
+        f"layer (strongest head: {run.link_next:.2f} of its attention on the root-ward neighbour, "
+        f"{run.link_prev:.2f} on the leaf-ward one); mean-ablating its composing heads ({run.composing_heads}) at "
+        f"the links costs {run.composing_drop:.2f} of accuracy, as many other heads of their layers "
+        f"{run.control_drop:.2f}.")
     report.figure(maps, "Attention maps of its circuit heads and of the heads that compose links (rows: attending "
                         "statement, columns: attended statement; red: the queried chain).")
     report.figure(diagram, "Its circuit, found automatically: roles per head, circuit heads outlined with their "
@@ -289,7 +320,12 @@ def _methods_section(report: Report, rules: RetrievalRules) -> None:
                       f"{rules.emergence_fraction:g} (final − initial); none if it rises by less than "
                       f"{rules.emergence_rise:g}.")
     probe_text = ("**Probes**: ridge regression (λ = 0.01 per sample, standardised features) onto one-hot symbols; "
-                  f"70/30 split by example; reach threshold {rules.reach_accuracy:g}.")
+                  f"70/30 split by example, on enough examples that the query probe trains on ≥ {SAMPLES_PER_FEATURE} "
+                  f"samples per feature and ≥ {SAMPLES_PER_CLASS} per symbol; train and held-out accuracy per probe; "
+                  f"reach threshold {rules.reach_accuracy:g}. **Mechanism**: compositional needs links decoding hop ≥ 2 "
+                  f"before the last layer and the composing heads' ablation at links costing ≥ "
+                  f"{rules.composition_margin:g} beyond a control; a model whose final query probe for hop D reads more "
+                  f"than {rules.probe_gap:g} below its accuracy is not classifiable.")
     report.section("Methods")
     report.bullets([score_text, f"**Role**: the largest score if ≥ {rules.role_score:g}, else none.", causal_text,
                     circuit_text, emergence_text, probe_text,

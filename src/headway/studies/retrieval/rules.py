@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from headway.studies.rules import Rules, rule
+from headway.tasks.retrieval.mechanism import ADEQUACY_GAP, CAUSAL_MARGIN, MechanismRule
 from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
 
 FORMULATION = ("supervision", "attention", "order", "layout")  # what one panel of the depth phase diagram holds fixed
@@ -56,6 +57,13 @@ class RetrievalRules(Rules):
                                  low=0.0, high=1.0)
     reach_accuracy: float = rule(0.9, "held-out probe accuracy at which a hop counts as decoded (probe reach and "
                                       "the mechanism classes)", sweep=(0.8, 0.9, 0.95), low=0.0, high=1.0)
+    probe_gap: float = rule(ADEQUACY_GAP, "a solved model is not classifiable when its final-layer query probe for hop "
+                                          "D reads the answer more than this below the model's own accuracy: the "
+                                          "probes are too weak for it", sweep=(0.05, 0.1, 0.2), low=0.0, high=1.0)
+    composition_margin: float = rule(CAUSAL_MARGIN, "accuracy that mean-ablating the link-composing heads at links "
+                                                    "must cost beyond ablating as many other heads of their layers "
+                                                    "before a model counts as compositional",
+                                     sweep=(0.1, 0.2, 0.3), low=0.0, high=1.0)
     chance_solve_rate: float = rule(0.05, "share of runs a model without the claimed mechanism (one hop per layer, "
                                           "no conditional look-up) would count as solved; its accuracy ceiling is "
                                           "far below solved, so this is generous", low=0.0, high=1.0)
@@ -79,8 +87,17 @@ class RetrievalRules(Rules):
                                          "layer where Theorem 1's tripling is used", low=0.0, high=1.0)
     effect_compose_runs: float = rule(0.5, "share of runs in solvable D > L cells that solve them by composing links "
                                            "where L layers solve D > L hops", low=0.0, high=1.0)
+    effect_factor_high: float = rule(0.9, "share of runs in a D > L cell that compose under the level of a factor "
+                                          "(order, supervision, attention) that elicits composition: the composing "
+                                          "recipes on record composed in every seed", low=0.0, high=1.0)
+    effect_factor_low: float = rule(0.1, "share that compose under the other level of that factor", low=0.0,
+                                    high=1.0)
     effect_conditional_runs: float = rule(0.5, "share of conditional IC runs that solve the task where conditional "
                                                "retrieval is learned", low=0.0, high=1.0)
+
+    def mechanism_rule(self) -> MechanismRule:
+        """The mechanism classifier's thresholds under these rules (`tasks.retrieval.mechanism`)."""
+        return MechanismRule(decode=self.reach_accuracy, gap=self.probe_gap, margin=self.composition_margin)
 
 
 def carries_answer(table: pd.DataFrame, rules: RetrievalRules) -> pd.Series:

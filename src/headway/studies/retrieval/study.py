@@ -30,9 +30,9 @@ class RetrievalStudy(Study):
     doc = "docs/study-retrieval.md"
     plan_class = RetrievalPlan
     scales = STUDY_SCALES
-    run_settings = ("steps", "vocab")
-    tables = ("heads", "circuit", "paths", "circuit_sensitivity", "head_curves", "probes")
-    version = 5
+    run_settings = ("steps", "vocab", "chains", "d_model", "loss")
+    tables = ("heads", "circuit", "paths", "circuit_sensitivity", "head_curves", "probes", "composition")
+    version = 6  # 6: probes sized by d_model and vocab, with train accuracy; the composition check
     rules_class = RetrievalRules
 
     @classmethod

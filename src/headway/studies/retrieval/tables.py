@@ -18,6 +18,7 @@ from headway.analysis.emergence import emergence_orders, emergence_table, order_
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
 from headway.studies.retrieval.depth import depth_table, measured_min_layers
+from headway.studies.retrieval.factors import factor_table
 from headway.studies.retrieval.phase import phase_table, run_mechanisms
 from headway.studies.retrieval.rules import RetrievalRules, carries_answer
 from headway.studies.retrieval.sensitivity import verdict_sensitivity
@@ -32,7 +33,8 @@ CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy"
                    "p_sufficient", "random_minimal_rest_accuracy", "p_minimal_sufficient")
 # The rules the summarised tables read; the other summary rules are read by the verdicts alone, so a
 # sensitivity sweep of those judges the same tables again.
-TABLE_RULES = ("solved_accuracy", "reach_accuracy", "emergence_fraction", "emergence_rise")
+TABLE_RULES = ("solved_accuracy", "reach_accuracy", "probe_gap", "composition_margin", "emergence_fraction",
+               "emergence_rise")
 
 
 @dataclass
@@ -53,8 +55,9 @@ class RetrievalTables:
     results: pd.DataFrame  # one row per run, everything above
     heads: pd.DataFrame  # every head of every model, with its role and effects
     probes: pd.DataFrame  # probe accuracy per run, site, layer and hop
-    mechanism_class: pd.DataFrame  # per plain run: linear, compositional or unsolved, and the evidence
+    mechanism_class: pd.DataFrame  # per plain run: its mechanism (MECHANISMS), why, and the evidence
     phase: pd.DataFrame  # the depth phase diagram: per formulation, hops and layers (phase_table)
+    factors: pd.DataFrame  # composing runs per level of one factor with the others fixed (factors.factor_table)
 
 
 def summarise(data: StudyData) -> RetrievalTables:
@@ -87,14 +90,16 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
     cells = ic_cells(final)
     minimal = measured_min_layers(depth, by=facets)
     reach = probe_reach_table(data.tables["probes"], final, rules.reach_accuracy)
-    mechanism_class = run_mechanisms(final, data.tables["probes"], heads, rules.reach_accuracy)
+    mechanism_class = run_mechanisms(final, data.tables["probes"], heads, data.tables["composition"],
+                                     rules.mechanism_rule())
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
                            sensitivity=pd.DataFrame(), reach=reach, curves=curves, hops=hops,
                            emergence=emergence_summary(curves, cells, **emerge),
                            hop_emergence=emergence_summary(hops, cells, expected=hop_order, **emerge),
                            results=results_table(mechanism, reach, curves, mechanism_class, **emerge), heads=heads,
                            probes=data.tables["probes"], mechanism_class=mechanism_class,
-                           phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy))
+                           phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy),
+                           factors=factor_table(final, mechanism_class, rules))
 
 
 def final_runs(metrics: pd.DataFrame, solved: float) -> pd.DataFrame:
@@ -241,7 +246,7 @@ def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdic
         "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),
         "threshold_sensitivity": records(tables.sensitivity),
         "emergence": records(tables.emergence), "hop_emergence": records(tables.hop_emergence),
-        "probe_reach": records(tables.reach), "phase": records(tables.phase),
+        "probe_reach": records(tables.reach), "phase": records(tables.phase), "factors": records(tables.factors),
     }
 
 

@@ -73,15 +73,16 @@ class HeadIntervention:
         return self._predict(self.model(self.tokens, hooks=hooks))
 
     @torch.no_grad()
-    def run(self, mask: Tensor, kind: str) -> Tensor:
+    def run(self, mask: Tensor, kind: str, positions: Tensor | None = None) -> Tensor:
         """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated,
-        resample-ablated or patched."""
-        return self.run_with(ablation_hooks(self.model, mask, kind, self.sources.get(kind)))
+        resample-ablated or patched, at the positions `positions` ([S] bool) only when given."""
+        return self.run_with(ablation_hooks(self.model, mask, kind, self.sources.get(kind), positions))
 
-    def ablated_accuracy(self, choices: Sequence[Sequence[np.ndarray]], kind: str = "mean") -> list[np.ndarray]:
-        """Accuracy of each instance with each of its own head selections ablated: `choices[e]` lists
-        [L, H] boolean masks of instance e, and the k-th selections of all instances share forward k,
-        so the cost is the longest list, not the sum."""
+    def ablated_accuracy(self, choices: Sequence[Sequence[np.ndarray]], kind: str = "mean",
+                         positions: Tensor | None = None) -> list[np.ndarray]:
+        """Accuracy of each instance with each of its own head selections ablated (at `positions` only,
+        when given): `choices[e]` lists [L, H] boolean masks of instance e, and the k-th selections of all
+        instances share forward k, so the cost is the longest list, not the sum."""
         if len(choices) != self.model.n_instances:
             raise ValueError(f"{len(choices)} choice lists for {self.model.n_instances} instances")
         out = [np.full(len(mine), np.nan) for mine in choices]
@@ -90,7 +91,7 @@ class HeadIntervention:
             for e, mine in enumerate(choices):
                 if k < len(mine):
                     mask[e] = torch.as_tensor(mine[k])
-            accuracy = self.accuracy(self.run(mask, kind))
+            accuracy = self.accuracy(self.run(mask, kind, positions))
             for e, mine in enumerate(choices):
                 if k < len(mine):
                     out[e][k] = accuracy[e]

@@ -1,50 +1,113 @@
-"""Which mechanism a trained retrieval model uses, found from its probes and attention scores.
+"""Which mechanism a solved retrieval model uses, decided from evidence its answer alone cannot give.
 
-- *linear*: the query gains at most one hop per layer: after t layers no hop beyond t is decodable
-  at the query (stacked query heads, each following one link).
-- *compositional*: after some layer t the query decodes a hop beyond t. One hop per layer cannot
-  do that, so link positions must have composed links first (Theorem 1's tripling allows up to
-  ⌊3ᵗ/2⌋ hops). A solved model with D > L is compositional by this rule, since its last layer
-  decodes hop D at the query.
+A link holds hop 1 of its chain (its own right symbol) from its tokens. Under one hop per layer with
+no link composition a link never holds hop 2 or beyond, whatever the layer; a query that gains more
+than one hop in a layer can only do so by reading a link that already did. So composition is
+looked for where it happens, at the links, and checked causally:
 
-The composing heads are named by where link positions look in the layers before the last:
-`root-ward` when a link attends to the link one hop closer to the root (the one that continues
-from its right symbol; under a causal mask only when that link came earlier) and `leaf-ward` when
-it attends to the link one hop further from the root. Farthest-hop, not prefix reach, decides:
-a model that jumps from hop 1 to hop 3 without ever holding hop 2 still composes.
+- *compositional*: (1) after some layer t < L the link-site probe decodes hop ≥ 2 (held-out accuracy
+  ≥ `decode`), and (2) mean-ablating the composing heads at link positions lowers the answer's
+  accuracy by ≥ `margin` more than ablating as many other heads of the same layers there does
+  (`composition.composition_check`; a negative control drop counts as 0).
+- *linear*: D ≤ L and composition is not established: the links decode no hop ≥ 2 before the last
+  layer, or they do but the answer survives without the heads that compose them. One hop per layer
+  reaches D ≤ L, so nothing more is needed.
+- *not classifiable*: the evidence cannot decide. (a) The final-layer query probe for hop D reads
+  the answer more than `gap` below the model's own accuracy (or is missing): the probes are too weak
+  for this model, so a missing decode says nothing. (b) D > L is solved without established
+  composition: one hop per layer cannot reach it, so the model composes where the link probe or the
+  ablation does not look (e.g. only leaf-ward, or through heads below the reading level).
+- *unsolved*: final accuracy below the solved threshold, whatever the evidence.
+
+The last layer's decode of hop D never decides: in a solved model it only restates the accuracy.
+
+*Composing heads*: heads of the layers before the last whose attention from links to a chain
+neighbour is ≥ `level` and twice a uniform head's share: `link_next` (root-ward, the link its right
+symbol continues into; under a causal mask only when that link came earlier) or `link_prev`
+(leaf-ward). Both directions compose: a root-ward read brings the next hop's symbol into a link, a
+leaf-ward read the previous one, which lets the query find a link by a symbol further up its chain.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-MECHANISMS = ("linear", "compositional", "unsolved")
+MECHANISMS = ("linear", "compositional", "not classifiable", "unsolved")
 # Attention from links to a chain neighbour, averaged over visible pairs, that counts as reading it:
 # far above the uniform share of a 4-chain cpu-scale example (1/13 at most) and below a sharp head's ~1.
 READ_LEVEL = 0.3
+# How far the final-layer query probe of hop D may read below the model's accuracy: a probe that loses more
+# than a tenth of what the read-out gets from the same residual stream is too weak to rest a "no" on.
+ADEQUACY_GAP = 0.1
+# Accuracy the composing heads' ablation must cost beyond the control's: a fifth of the answers, about 13
+# standard errors of an accuracy on 1024 examples and far below the ~0.8 a model that needs them loses.
+CAUSAL_MARGIN = 0.2
+MECHANISM_COLUMNS = ("mechanism", "reason", "farthest", "link_farthest", "reads", "link_next", "link_prev",
+                     "composing_heads", "composing_drop", "control_drop", "probe_train", "probe_held_out",
+                     "adequacy_gap")
+
+
+@dataclass(frozen=True)
+class MechanismRule:
+    """The classifier's thresholds (module docstring)."""
+
+    decode: float = 0.9  # held-out probe accuracy at which a hop counts as decoded
+    level: float = READ_LEVEL  # link attention to a chain neighbour that makes a head a composing head
+    gap: float = ADEQUACY_GAP  # largest accepted shortfall of the final query probe below the model's accuracy
+    margin: float = CAUSAL_MARGIN  # accuracy the composing heads' ablation must cost beyond the control's
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """What mean-ablating heads at link positions cost the answer (`composition.composition_check`)."""
+
+    composing_drop: float = math.nan  # with the composing heads ablated (NaN: no composing head)
+    control_drop: float = math.nan  # mean over as many other heads of their layers (NaN: no other head there)
 
 
 @dataclass(frozen=True)
 class Mechanism:
-    """The class of one model and the evidence behind it."""
+    """The class of one model, why, and the evidence behind it."""
 
     mechanism: str  # one of MECHANISMS
+    reason: str  # the evidence that decided, in words
     farthest: tuple[int, ...]  # farthest hop decoded at the query after layers 1..L (0: none)
-    excess: int  # max over layers t of farthest_t - t: > 0 means composition
+    link_farthest: tuple[int, ...]  # farthest hop decoded at the links after layers 1..L (0: none)
     reads: str  # where links look before the last layer: root-ward, leaf-ward, both or none
     link_next: float  # strongest head's attention from links to the root-ward neighbour (layers < L)
     link_prev: float  # strongest head's attention from links to the leaf-ward neighbour (layers < L)
+    composing_drop: float  # accuracy lost with the composing heads ablated at links
+    control_drop: float  # mean accuracy lost with as many other heads of their layers ablated at links
+    probe_train: float  # train accuracy of the final-layer query probe for hop D
+    probe_held_out: float  # its held-out accuracy
+    adequacy_gap: float  # the model's accuracy minus probe_held_out (NaN: no such probe)
 
 
-def farthest_hops(probes: pd.DataFrame, layers: int, threshold: float = 0.9) -> tuple[int, ...]:
-    """Farthest hop decoded at the query (accuracy ≥ `threshold`) after each layer 1..`layers`, from
+def farthest_hops(probes: pd.DataFrame, layers: int, threshold: float = 0.9, site: str = "query") -> tuple[int, ...]:
+    """Farthest hop decoded at `site` (held-out accuracy ≥ `threshold`) after each layer 1..`layers`, from
     one model's rows of a `depth_probes` table (columns layer, site, hops, accuracy)."""
-    query = probes[(probes.site == "query") & (probes.accuracy >= threshold)]
-    best = query.groupby("layer").hops.max()
+    decoded = probes[(probes.site == site) & (probes.accuracy >= threshold)]
+    best = decoded.groupby("layer").hops.max()
     return tuple(int(best.get(layer, 0)) for layer in range(1, layers + 1))
+
+
+def reading_levels(level: float = READ_LEVEL, uniform: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+    """The link_next and link_prev a head needs to count as reading that neighbour: `level`, and twice
+    the uniform-attention reference (NaN: no visible pair, no extra demand)."""
+    return max(level, 2.0 * np.nan_to_num(uniform[0], nan=0.0)), max(level, 2.0 * np.nan_to_num(uniform[1], nan=0.0))
+
+
+def composing_heads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
+                    uniform: tuple[float, float] = (0.0, 0.0)) -> pd.DataFrame:
+    """The rows of `heads` (a `head_scores` table) in layers before the last that read a chain neighbour
+    from links (module docstring)."""
+    need_next, need_prev = reading_levels(level, uniform)
+    early = heads[heads.layer < layers - 1]
+    return early[(early.link_next.fillna(0.0) >= need_next) | (early.link_prev.fillna(0.0) >= need_prev)]
 
 
 def link_reads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
@@ -55,37 +118,97 @@ def link_reads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
     early = heads[heads.layer < layers - 1]
     nxt = float(np.nan_to_num(early.link_next.max(), nan=0.0)) if len(early) else 0.0
     prev = float(np.nan_to_num(early.link_prev.max(), nan=0.0)) if len(early) else 0.0
-    needed = [max(level, 2.0 * np.nan_to_num(u, nan=0.0)) for u in uniform]
+    needed = reading_levels(level, uniform)
     names = [name for name, mass, need in (("root-ward", nxt, needed[0]), ("leaf-ward", prev, needed[1]))
              if mass >= need]
     reads = "both" if len(names) == 2 else names[0] if names else "none"
     return reads, nxt, prev
 
 
-def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, solved: bool, threshold: float = 0.9,
-             level: float = READ_LEVEL, uniform: tuple[float, float] = (0.0, 0.0)) -> Mechanism:
-    """The mechanism of one model from its probe rows and head-score rows (see the module docstring);
-    an unsolved model is `unsolved` whatever its probes show, with the evidence kept."""
-    farthest = farthest_hops(probes, layers, threshold)
-    excess = max(far - t for t, far in enumerate(farthest, start=1))
-    reads, nxt, prev = link_reads(heads, layers, level, uniform)
-    mechanism = "unsolved" if not solved else "compositional" if excess > 0 else "linear"
-    return Mechanism(mechanism, farthest, int(excess), reads, nxt, prev)
+def probe_adequacy(probes: pd.DataFrame, layers: int, hops: int, accuracy: float) -> tuple[float, float, float]:
+    """(train, held-out, gap) of the query probe for hop `hops` after the last layer, the gap being the
+    model's `accuracy` less the held-out accuracy; NaN where the probe is missing."""
+    row = probes[(probes.site == "query") & (probes.layer == layers) & (probes.hops == hops)]
+    if row.empty:
+        return math.nan, math.nan, math.nan
+    held_out = float(row.accuracy.iloc[0])
+    return float(row.train_accuracy.iloc[0]), held_out, accuracy - held_out
 
 
-def mechanism_table(probes: pd.DataFrame, heads: pd.DataFrame, models: pd.DataFrame, key: str = "run_id",
-                    threshold: float = 0.9, level: float = READ_LEVEL) -> pd.DataFrame:
-    """One row per model of `models` (columns `key`, layers, solved, and optionally uniform_next and
-    uniform_prev, the uniform-attention reference) with its Mechanism's fields; `probes` and `heads`
-    hold the rows of every model, told apart by `key`."""
-    rows = []
+def composition_needed(ablation: Ablation, margin: float = CAUSAL_MARGIN) -> bool:
+    """Whether ablating the composing heads costs ≥ `margin` more than the control (a negative or missing
+    control drop counts as 0; no composing head: False)."""
+    control = max(np.nan_to_num(ablation.control_drop, nan=0.0), 0.0)
+    return bool(ablation.composing_drop >= margin + control)
+
+
+def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, solved: bool, accuracy: float,
+             ablation: Ablation = Ablation(), rule: MechanismRule = MechanismRule(),
+             uniform: tuple[float, float] = (0.0, 0.0)) -> Mechanism:
+    """The mechanism of one model (module docstring) from its probe rows, head-score rows, final accuracy
+    and the ablation of its composing heads; an unsolved model is `unsolved` whatever its evidence, which
+    is kept."""
+    farthest = farthest_hops(probes, layers, rule.decode)
+    link_farthest = farthest_hops(probes, layers, rule.decode, site="link")
+    reads, nxt, prev = link_reads(heads, layers, rule.level, uniform)
+    train, held_out, gap = probe_adequacy(probes, layers, hops, accuracy)
+    composed = [t for t, far in enumerate(link_farthest[:-1], start=1) if far >= 2]
+    needed = composition_needed(ablation, rule.margin)
+    drops = f"ablating the composing heads at links costs {ablation.composing_drop:.2f}, the control " \
+            f"{ablation.control_drop:.2f}"
+    if not composed:
+        missing = "links decode no hop ≥ 2 before the last layer"
+    elif np.isnan(ablation.composing_drop):
+        missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but no head " \
+                  "reads a chain neighbour from links"
+    else:
+        missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but {drops}: " \
+                  "the answer does not need them"
+    if not solved:
+        mechanism, reason = "unsolved", f"accuracy {accuracy:.3f} is below the solved threshold"
+    elif not gap <= rule.gap:
+        mechanism = "not classifiable"
+        reason = (f"no final-layer query probe for hop {hops}" if np.isnan(gap) else
+                  f"the final-layer query probe for hop {hops} reads {held_out:.2f} (train {train:.2f}) against "
+                  f"the model's accuracy {accuracy:.2f}: a gap of {gap:.2f} > {rule.gap:g}, too weak to read this model")
+    elif composed and needed:
+        mechanism = "compositional"
+        reason = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, and {drops}"
+    elif hops > layers:
+        mechanism = "not classifiable"
+        reason = f"D = {hops} > L = {layers} is solved, which one hop per layer cannot do, yet {missing}"
+    else:
+        mechanism, reason = "linear", f"D = {hops} ≤ L = {layers} and {missing}"
+    return Mechanism(mechanism, reason, farthest, link_farthest, reads, nxt, prev, float(ablation.composing_drop),
+                     float(ablation.control_drop), train, held_out, gap)
+
+
+def mechanism_table(probes: pd.DataFrame, heads: pd.DataFrame, models: pd.DataFrame,
+                    composition: pd.DataFrame | None = None, key: str = "run_id",
+                    rule: MechanismRule = MechanismRule()) -> pd.DataFrame:
+    """One row per model of `models` (columns `key`, layers, hops, solved, accuracy) with its Mechanism's
+    fields (MECHANISM_COLUMNS); `probes` and `heads` hold the rows of every model and `composition` (a
+    `composition_check` table: composing_heads, composing_drop, control_drop, uniform_next, uniform_prev)
+    one row per model, told apart by `key`. A model without a composition row has no ablation evidence."""
+    checks = composition.set_index(key) if composition is not None and key in composition else pd.DataFrame()
     probe_groups, head_groups = dict(tuple(probes.groupby(key))), dict(tuple(heads.groupby(key)))
+    rows = []
     for model in models.itertuples():
         name = getattr(model, key)
+        check = checks.loc[name] if name in checks.index else pd.Series(dtype=object)
         found = classify(probe_groups.get(name, probes.iloc[:0]), head_groups.get(name, heads.iloc[:0]),
-                         int(model.layers), bool(model.solved), threshold, level,
-                         (getattr(model, "uniform_next", 0.0), getattr(model, "uniform_prev", 0.0)))
-        rows.append({key: name, "mechanism": found.mechanism,
-                     "farthest": ",".join(str(f) for f in found.farthest), "excess": found.excess,
-                     "reads": found.reads, "link_next": found.link_next, "link_prev": found.link_prev})
-    return pd.DataFrame(rows, columns=[key, "mechanism", "farthest", "excess", "reads", "link_next", "link_prev"])
+                         int(model.layers), int(model.hops), bool(model.solved), float(model.accuracy),
+                         Ablation(float(check.get("composing_drop", math.nan)), float(check.get("control_drop", math.nan))),
+                         rule, (float(check.get("uniform_next", 0.0)), float(check.get("uniform_prev", 0.0))))
+        rows.append({key: name, "mechanism": found.mechanism, "reason": found.reason,
+                     "farthest": _per_layer(found.farthest), "link_farthest": _per_layer(found.link_farthest),
+                     "reads": found.reads, "link_next": found.link_next, "link_prev": found.link_prev,
+                     "composing_heads": str(check.get("composing_heads", "")), "composing_drop": found.composing_drop,
+                     "control_drop": found.control_drop, "probe_train": found.probe_train,
+                     "probe_held_out": found.probe_held_out, "adequacy_gap": found.adequacy_gap})
+    return pd.DataFrame(rows, columns=[key, *MECHANISM_COLUMNS])
+
+
+def _per_layer(hops: tuple[int, ...]) -> str:
+    """"1,3": a farthest hop per layer, as the tables write it."""
+    return ",".join(str(h) for h in hops)

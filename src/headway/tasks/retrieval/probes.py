@@ -10,11 +10,17 @@ Two sites are probed, each read at a statement's reading position:
   symbol k hops down from its left entity (k = 1 is its own right entity, k = 2 the right entity of
   its next link, ...). Samples whose chain ends before k hops are left out.
 
-A probe is ridge regression onto one-hot labels (argmax decodes); layer 0 is the embedding.
+A probe is ridge regression onto one-hot labels (argmax decodes); layer 0 is the embedding. Each
+row reports its accuracy on the training samples and on held-out ones: a probe fitted on too few
+samples for its d_model features over-fits (train far above held-out) and under-reads what the
+model holds. `probe_examples` sizes the examples so that the query probe, the scarcer site (one
+sample per example), trains on `SAMPLES_PER_FEATURE` samples per feature and `SAMPLES_PER_CLASS` per
+symbol.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +33,10 @@ from headway.tasks.retrieval.positions import NONE, StatementMap, follow, readin
 from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
 
 SITES = ("query", "link")
+# Training samples a probe needs: ten per feature is the usual floor for a linear read-out that does not
+# over-fit; twenty per symbol keeps every one-hot column of the targets fitted on more than a handful.
+SAMPLES_PER_FEATURE = 10
+SAMPLES_PER_CLASS = 20
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,13 @@ def residual_streams(model: EnsembleTransformer, cfg: RetrievalConfig, tokens: n
     return np.concatenate(parts, axis=2)
 
 
+def probe_examples(d_model: int, vocab: int, test_fraction: float = 0.3) -> int:
+    """Examples whose train split gives the query probe (one sample per example) at least
+    `SAMPLES_PER_FEATURE` samples per feature (d_model and a bias) and `SAMPLES_PER_CLASS` per symbol."""
+    train = max(SAMPLES_PER_FEATURE * (d_model + 1), SAMPLES_PER_CLASS * vocab)
+    return math.ceil(train / (1.0 - test_fraction))
+
+
 def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap, max_hops: int) -> ProbeTargets:
     """Labels of both sites: hops 1..D at the query from `batch.chain`, hops 1..max_hops at every chain link."""
     chain = np.asarray(batch.chain)
@@ -86,11 +103,11 @@ def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMa
 
 
 def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
-              n_classes: int, ridge: float = 1e-2) -> float:
-    """Test accuracy of a ridge-regression probe onto one-hot labels (features standardised on the train
-    set, unpenalised bias, penalty `ridge` per sample); closed form in float64, so deterministic."""
+              n_classes: int, ridge: float = 1e-2) -> tuple[float, float]:
+    """(train, held-out) accuracy of a ridge-regression probe onto one-hot labels (features standardised
+    on the train set, unpenalised bias, penalty `ridge` per sample); closed form in float64, so deterministic."""
     if len(y_test) == 0 or len(y_train) == 0:
-        return float("nan")
+        return float("nan"), float("nan")
     x = torch.as_tensor(np.asarray(x_train), dtype=torch.float64)
     mean, std = x.mean(0), x.std(0, correction=0)
     std = torch.where(std > 1e-12, std, torch.ones_like(std))
@@ -104,15 +121,38 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
     penalty = torch.full((a.shape[1],), ridge * len(a), dtype=torch.float64)
     penalty[-1] = 0.0
     weights = torch.linalg.solve(a.T @ a + torch.diag(penalty), a.T @ targets.to(torch.float64))
+    fitted = (a @ weights).argmax(1).numpy()
     predicted = (design(x_test) @ weights).argmax(1).numpy()
-    return float((predicted == np.asarray(y_test)).mean())
+    return float((fitted == np.asarray(y_train)).mean()), float((predicted == np.asarray(y_test)).mean())
+
+
+@torch.no_grad()
+def stream_at(model: EnsembleTransformer, tokens: np.ndarray, example: np.ndarray, position: np.ndarray,
+              chunk: int = 512) -> np.ndarray:
+    """The residual stream before the first block and after every block at one position per sample
+    (`example`, `position`), [E, L+1, samples, d_model] float32: only what a probe reads is kept, so the
+    memory grows with the samples, not with examples × positions."""
+    names = [model.hook_name("hook_resid_pre", 0)] + [model.hook_name("hook_resid_post", layer)
+                                                       for layer in range(model.cfg.layers)]
+    device = next(model.parameters()).device
+    out = np.empty((model.n_instances, len(names), len(example), model.cfg.d_model), dtype=np.float32)
+    for start in range(0, len(tokens), chunk):
+        rows = np.nonzero((example >= start) & (example < start + chunk))[0]
+        if not len(rows):
+            continue
+        _, cache = model.run_with_cache(instance_tokens(tokens[start : start + chunk], model.n_instances, device),
+                                        names)
+        at = (torch.as_tensor(example[rows] - start, device=device), torch.as_tensor(position[rows], device=device))
+        out[:, :, rows] = torch.stack([cache[name][:, at[0], at[1]] for name in names], dim=1).float().cpu().numpy()
+    return out
 
 
 def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap,
                  threshold: float = 0.9, test_fraction: float = 0.3, seed: int = 0,
                  max_link_samples: int = 8192) -> pd.DataFrame:
-    """Probe accuracy per (instance, layer, site, hops) on `samples` test samples, with `passed` = accuracy
-    >= `threshold`; examples are split train/test once (seeded), so no example feeds both."""
+    """Probe accuracy per (instance, layer, site, hops): held out (`accuracy`, on `samples` test samples)
+    and on its own training samples (`train_accuracy`, `train_samples`), with `passed` = accuracy >=
+    `threshold`; examples are split train/test once (seeded), so no example feeds both."""
     rng = np.random.default_rng(seed)
     n = len(batch)
     is_test = np.zeros(n, dtype=bool)
@@ -121,25 +161,28 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
     link_keep = np.arange(len(targets.link_example))
     if len(link_keep) > max_link_samples:
         link_keep = np.sort(rng.choice(len(link_keep), max_link_samples, replace=False))
-    streams = residual_streams(model, cfg, np.asarray(batch.tokens))
     reading = reading_positions(cfg)
+    sites = {site: targets.site(site) for site in SITES}
+    sites["link"] = tuple(column[link_keep] for column in sites["link"])
+    features = stream_at(model, np.asarray(batch.tokens), np.concatenate([sites[s][0] for s in SITES]),
+                         np.concatenate([reading[sites[s][1]] for s in SITES]))  # [E, L+1, samples, d_model]
+    bounds = np.cumsum([0] + [len(sites[s][0]) for s in SITES])
     rows = []
-    for site in SITES:
-        example, statement, labels = targets.site(site)
-        if site == "link":
-            example, statement, labels = example[link_keep], statement[link_keep], labels[link_keep]
-        features = streams[:, :, example, reading[statement]]  # [E, L+1, samples, d_model]
+    for i, site in enumerate(SITES):
+        example, _, labels = sites[site]
+        mine = features[:, :, bounds[i] : bounds[i + 1]]
         test = is_test[example]
         for k in range(labels.shape[1]):
             have = labels[:, k] >= 0
             train_rows, test_rows = have & ~test, have & test
-            for instance in range(features.shape[0]):
-                for layer in range(features.shape[1]):
-                    x = features[instance, layer]
-                    accuracy = fit_probe(x[train_rows], labels[train_rows, k], x[test_rows], labels[test_rows, k],
-                                         cfg.vocab)
+            for instance in range(mine.shape[0]):
+                for layer in range(mine.shape[1]):
+                    x = mine[instance, layer]
+                    train, held_out = fit_probe(x[train_rows], labels[train_rows, k], x[test_rows],
+                                                labels[test_rows, k], cfg.vocab)
                     rows.append({"instance": instance, "layer": layer, "site": site, "hops": k + 1,
-                                 "accuracy": accuracy, "samples": int(test_rows.sum())})
+                                 "accuracy": held_out, "samples": int(test_rows.sum()), "train_accuracy": train,
+                                 "train_samples": int(train_rows.sum())})
     table = pd.DataFrame(rows)
     table["passed"] = table.accuracy >= threshold
     table["chance"] = 1.0 / cfg.vocab

@@ -23,7 +23,8 @@ The fraction is exact over all D! orders when D! <= 40320 (D <= 8), else simulat
 seeded random orders with a 95% Wilson interval. Chain order is one order; under bidirectional
 attention every order gives the same sets (all positions see all, and a statement's slots stay
 together), so one order is exact for every D. Sets are uint64 bitmasks (bit i = x_i), all orders of
-a chunk advance at once.
+a chunk advance at once. The same rule, played out to its fixed point at every link, decides which
+dense targets a causal model can deliver at all (`headway.tasks.retrieval.reachable_targets`).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def reachable_fraction(hops: int, layers: int, attention: str = "causal", order:
         return ReachBound(value, value, value, "exact", 1)
     if math.factorial(hops) <= EXACT_LIMIT:
         every = np.array(list(itertools.permutations(range(hops))), dtype=np.int64).reshape(-1, hops)
-        hits = sum(int(_reaches(chunk, layers, attention, layout).sum()) for chunk in _chunks(every, hops, layout))
+        hits = sum(int(_reaches(chunk, layers, attention, layout).sum()) for chunk in order_chunks(every, layout))
         value = hits / len(every)
         return ReachBound(value, value, value, "exact", len(every))
     rng = np.random.default_rng(seed)
@@ -162,8 +163,9 @@ def _chunk_size(hops: int, layout: str) -> int:
     return max(64, _CELLS // (positions * positions))
 
 
-def _chunks(orders: np.ndarray, hops: int, layout: str) -> Iterable[np.ndarray]:
-    size = _chunk_size(hops, layout)
+def order_chunks(orders: np.ndarray, layout: str) -> Iterable[np.ndarray]:
+    """Rows of link orders [n, hops] in chunks small enough for one vectorised step of `gathered_sets`."""
+    size = _chunk_size(orders.shape[1], layout)
     return (orders[i:i + size] for i in range(0, len(orders), size))
 
 
@@ -171,7 +173,7 @@ def _n_positions(hops: int, layout: str) -> int:
     return hops + 1 if layout == "packed" else 2 * hops + 2
 
 
-def _initial_sets(orders: np.ndarray, layout: str) -> np.ndarray:
+def initial_sets(orders: np.ndarray, layout: str) -> np.ndarray:
     """[n, positions] uint64 symbol sets of the queried chain laid out in each row's link order
     (orders[n, i] = k - 1 for link k at statement i), the query last."""
     n, hops = orders.shape
@@ -195,14 +197,20 @@ def _masks(positions: int, attention: str, layout: str) -> tuple[np.ndarray, np.
 
 def _reaches(orders: np.ndarray, layers: int, attention: str, layout: str) -> np.ndarray:
     """Whether the read-out position holds x_0 after `layers` layers, for each row of link orders."""
-    sets = _initial_sets(orders, layout)
+    sets = gathered_sets(initial_sets(orders, layout), attention, layout, layers)
+    return (sets[:, -1] & np.uint64(1)) != np.uint64(0)
+
+
+def gathered_sets(sets: np.ndarray, attention: str, layout: str, layers: int | None = None) -> np.ndarray:
+    """Every position's symbol set [n, positions] after `layers` layers of the gather rule (module
+    docstring) from `sets` (`initial_sets`); None plays it out to its fixed point, what any depth reaches."""
     visible, always = _masks(sets.shape[1], attention, layout)
     zero = np.uint64(0)
-    for _ in range(layers):
+    for _ in itertools.repeat(None) if layers is None else range(layers):
         shares = (sets[:, :, None] & sets[:, None, :]) != zero
         gather = (shares & visible) | always
         grown = np.bitwise_or.reduce(np.where(gather, sets[:, None, :], zero), axis=2)
         if np.array_equal(grown, sets):  # no set changed: every further layer leaves them as they are
             break
         sets = grown
-    return (sets[:, -1] & np.uint64(1)) != zero
+    return sets

@@ -41,13 +41,15 @@ targets x_{k-1}, ..., x_0 of its own chain and -1 ("no target") in the blocks pa
 query keeps its targets. Training targets are then [N, n_ctx * D], one row of D blocks per
 position (flat: the link's right slot carries them, its left slot and the query symbol -1).
 Validation examples keep the query's targets, so accuracy means the same under both.
+``mask_unreachable`` (dense only, causal attention only) also sets to -1 every link target that the
+causal information flow never brings to its position, whatever the depth (``reachable_targets``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -58,6 +60,9 @@ from headway.tasks.base import ArrayBatch, Task
 from headway.tasks.registry import register_task
 from headway.tasks.retrieval.arrays import encode_rows, gather
 from headway.tasks.retrieval.variants import draw_conditional, draw_plain
+
+if TYPE_CHECKING:
+    from headway.model.config import ModelConfig
 
 LAYOUTS = ("packed", "flat")
 ORDERS = ("shuffled", "chain")
@@ -82,6 +87,7 @@ class RetrievalConfig(Task):
     summary: ClassVar[str] = "multi-hop retrieval over K chains of D links (docs/retrieval-task.md)"
     doc: ClassVar[str] = "docs/retrieval-task.md"
     default_loss: ClassVar[str] = "mse"
+    size_settings: ClassVar[tuple[str, ...]] = ("vocab",)  # more symbols give more distinct examples
     scales: ClassVar[dict[str, dict[str, Any]]] = {
         # The paper: 8 heads, width 128, 10k steps, batch 512, 2^20 examples, Adam 1e-3, wd 0.1, MSE.
         "paper": {},
@@ -101,8 +107,9 @@ class RetrievalConfig(Task):
     relations: int = 2
     classes: int = 2
     supervision: str = "query"
+    mask_unreachable: bool = False
 
-    LATER: ClassVar[dict[str, Any]] = {"supervision": "query"}
+    LATER: ClassVar[dict[str, Any]] = {"supervision": "query", "mask_unreachable": False}
 
     def __post_init__(self) -> None:
         """Store plain checked values and validate, so a bad value fails early with its name."""
@@ -110,6 +117,7 @@ class RetrievalConfig(Task):
             **{name: check_int(name, getattr(self, name), None, _MOST[name]) for name in _INT_FIELDS},
             **{name: check_choice(name, getattr(self, name), choices) for name, choices in _CHOICE_FIELDS.items()},
             conditional=check_bool("conditional", self.conditional),
+            mask_unreachable=check_bool("mask_unreachable", self.mask_unreachable),
         )
         self.validate()
 
@@ -133,6 +141,9 @@ class RetrievalConfig(Task):
                 f"{self.conditional}, curriculum = {self.curriculum!r}): every link predicts its chain hop by "
                 "hop, as the query does under 'ic'; use supervision 'query' otherwise"
             )
+        if self.mask_unreachable and self.supervision != "dense":
+            raise ConfigError(f"mask_unreachable = True masks dense link targets, but supervision = "
+                              f"{self.supervision!r}; use supervision 'dense' or leave mask_unreachable false")
         if self.vocab < self.n_symbols:
             formula = "chains*(2*hops+1)" if self.conditional else "chains*(hops+1)"
             raise ConfigError(
@@ -142,6 +153,12 @@ class RetrievalConfig(Task):
             raise ConfigError(f"chains = {self.chains} and hops = {self.hops} make {self.n_ctx} positions per example "
                               f"({self.layout} layout), more than {MAX_CONTEXT}; use fewer chains or hops")
         return self
+
+    def check_model(self, model: ModelConfig) -> None:
+        """Refuse bidirectional attention with mask_unreachable: the mask is what a causal mask cannot deliver."""
+        if self.mask_unreachable and model.attention != "causal":
+            raise ConfigError(f"mask_unreachable = True masks the targets a causal mask cannot deliver, but "
+                              f"attention = {model.attention!r}; use attention 'causal' or leave mask_unreachable false")
 
     @property
     def n_symbols(self) -> int:
@@ -291,7 +308,12 @@ def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture:
     answer = gather(chain, drawn.depth[:, None])[:, 0]
     targets = chain[:, 1:] if cfg.curriculum == "ic" else answer[:, None]
     if dense:
-        targets = dense_targets(drawn.toward_root, targets, cfg.layout == "packed").reshape(n, -1)
+        toward_root = drawn.toward_root
+        if cfg.mask_unreachable:
+            from headway.tasks.retrieval.reachable_targets import unreachable_targets  # it imports this module
+
+            toward_root = np.where(unreachable_targets(drawn.statements, cfg.hops, cfg.layout), -1, toward_root)
+        targets = dense_targets(toward_root, targets, cfg.layout == "packed").reshape(n, -1)
     return RetrievalBatch(
         tokens=encode_rows(drawn.rows, cfg.layout == "packed", cfg.base_vocab),
         targets=targets.astype(np.int64),
