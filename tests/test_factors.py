@@ -27,14 +27,14 @@ def test_order_composes_and_supervision_does_not():
                               ("shuffled", "dense"): 1})
     table = factor_table(final, mechanisms, RetrievalRules())
     order = table[table.factor == "order"].set_index("held")
-    assert set(order.index) == {"supervision query, attention causal, layout packed",
-                                "supervision dense, attention causal, layout packed"}
-    query = order.loc["supervision query, attention causal, layout packed"]
+    assert set(order.index) == {"supervision query; attention causal; layout packed",
+                                "supervision dense; attention causal; layout packed"}
+    query = order.loc["supervision query; attention causal; layout packed"]
     assert (query.level_a, query.composed_a, query.level_b, query.composed_b) == ("chain", 8, "shuffled", 0)
     assert math.isclose(query.p_value, 2 / math.comb(16, 8))  # the one table as extreme, both sides
     assert query.power > 0.9  # 8 vs 8 runs detect 0.9 against 0.1 at α/2 (0.93)
     supervision = table[table.factor == "supervision"]
-    chain = supervision[supervision.held.str.startswith("attention causal, order chain")].iloc[0]
+    chain = supervision[supervision.held.str.startswith("attention causal; order chain")].iloc[0]
     assert chain.composed_a == chain.composed_b == 8 and chain.p_value == 1.0
     assert table[table.factor == "attention"].empty  # one attention level: nothing to compare
 
@@ -45,3 +45,10 @@ def test_only_cells_beyond_one_hop_per_layer_are_compared():
     few, few_mechanisms = grid({("chain", "query"): 2, ("shuffled", "query"): 0}, seeds=2)
     row = factor_table(few, few_mechanisms, RetrievalRules()).iloc[0]
     assert row.power < 0.8 and row.p_value > 0.05  # 2 vs 2 runs cannot decide: the table says so
+
+
+def test_a_run_whose_mechanism_is_not_classifiable_counts_for_neither_level():
+    final, mechanisms = grid({("chain", "query"): 8, ("shuffled", "query"): 0})
+    mechanisms.loc[mechanisms.run_id.isin(["chain-query-0", "chain-query-1"]), "mechanism"] = "not classifiable"
+    row = factor_table(final, mechanisms, RetrievalRules()).iloc[0]
+    assert (row.composed_a, row.runs_a, row.composed_b, row.runs_b) == (6, 6, 0, 8)

@@ -57,6 +57,18 @@ def test_a_solved_model_whose_links_compose_and_whose_answer_needs_them_is_compo
     assert found.probe_held_out == 0.99 and math.isclose(found.adequacy_gap, 0.0)
 
 
+def test_composing_heads_without_control_heads_decide_nothing():
+    """Every head of the composing layer composes, so nothing tells its ablation's drop from what removing any
+    heads there costs: a missing control never passes, at D > L and at D ≤ L alike."""
+    uncontrolled = Ablation(composing_drop=0.95, control_drop=math.nan)
+    for hops, query, links in ((3, QUERY_D3, LINKS_COMPOSE), (2, {1: [0.99, 0.05], 2: [0.99, 0.99]},
+                                                                {1: [1.0, 0.98], 2: [1.0, 0.99]})):
+        found = classify(probe_rows(query, links), COMPOSING_HEADS, layers=2, hops=hops, solved=True,
+                         accuracy=0.99, ablation=uncontrolled)
+        assert found.mechanism == "not classifiable", found
+        assert "no control heads" in found.reason
+
+
 def test_d_at_most_l_without_link_composition_is_linear():
     query = {1: [0.99, 0.05], 2: [0.99, 0.99]}
     found = classify(probe_rows(query, {1: [1.0, 0.03], 2: [1.0, 0.5]}), LINEAR_HEADS, layers=2, hops=2,

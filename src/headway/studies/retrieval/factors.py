@@ -18,11 +18,13 @@ COLUMNS = ["factor", "held", "layers", "hops", "level_a", "composed_a", "runs_a"
 
 def factor_table(final: pd.DataFrame, mechanisms: pd.DataFrame, rules: RetrievalRules) -> pd.DataFrame:
     """One row per factor × held-fixed formulation × D > L cell where the grid trained two levels of the factor:
-    runs composing (solved and classed compositional) at each level, the two-sided Fisher p and the power."""
+    runs composing (solved and classed compositional) at each level, the two-sided Fisher p and the power. A run
+    whose mechanism is not classifiable is left out of its level's count."""
     plain = final[(final.part == "plain") & (final.curriculum == "ic") & (final.hops > final.layers)]
     if plain.empty or mechanisms.empty:
         return pd.DataFrame(columns=COLUMNS)
     runs = plain.merge(mechanisms[["run_id", "mechanism"]], on="run_id", how="left")
+    runs = runs[runs.mechanism != "not classifiable"]  # no evidence either way: left out, never a failure
     runs["composed"] = runs.solved & (runs.mechanism == "compositional")
     rows = []
     for factor in FACTORS:
@@ -43,6 +45,6 @@ def _compare(factor: str, held: dict[str, str], layers: int, hops: int, cell: pd
     ka, na, kb, nb = int(a.composed.sum()), len(a), int(b.composed.sum()), len(b)
     p = min(1.0, 2 * min(fisher_greater(ka, na, kb, nb), fisher_greater(kb, nb, ka, na)))
     power = fisher_power(na, nb, rules.effect_factor_high, rules.effect_factor_low, rules.alpha / 2)
-    return {"factor": factor, "held": ", ".join(f"{k} {v}" for k, v in held.items()), "layers": layers,
+    return {"factor": factor, "held": "; ".join(f"{k} {v}" for k, v in held.items()), "layers": layers,
             "hops": hops, "level_a": levels[0], "composed_a": ka, "runs_a": na, "level_b": levels[1],
             "composed_b": kb, "runs_b": nb, "p_value": p, "power": power}

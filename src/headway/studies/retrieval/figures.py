@@ -14,7 +14,7 @@ from headway.plots.emergence import plot_emergence, plot_hop_accuracy
 from headway.plots.heads import plot_attention_maps, plot_circuit
 from headway.plots.marks import FORMULATION_COLUMNS
 from headway.plots.phase import plot_order_supervision_contrast
-from headway.runs.store import load_model, load_runs
+from headway.runs.store import checkpoint_steps, load_model, load_runs
 from headway.studies.retrieval.analyse import ANALYSIS_SEED
 from headway.studies.retrieval.tables import ic_cells
 from headway.tasks.retrieval.heads import statement_patterns
@@ -52,28 +52,31 @@ def _statement_labels(cfg: RetrievalConfig, rows: np.ndarray) -> list[str]:
 
 
 def example_figures(out_dir: Path, run: pd.Series, heads: pd.DataFrame, figures: Path, tag: str | None = None,
-                    also: pd.DataFrame | None = None) -> list[Path]:
+                    also: pd.DataFrame | None = None) -> tuple[Path | None, Path]:
     """Attention maps of the circuit heads (and the heads in `also`, e.g. those composing links) on one
-    example and the circuit diagram of one run; files are named by `tag` (default: the run's part)."""
+    example and the circuit diagram of one run; files are named by `tag` (default: the run's part). The maps
+    need the run's weights: without a checkpoint (a published folder keeps none) they are None."""
     run_dir = Path(out_dir) / run.ensemble
+    mine = heads[heads.run_id == run.run_id].sort_values(["layer", "head"])
+    name = f"{run.part}, D={run.hops}, {run.layers} layers, seed {run.seed}"
+    tag = tag or run.part
+    diagram = plot_circuit(mine, figures / f"circuit_{tag}.png", f"Circuit found automatically ({name})")
+    if not checkpoint_steps(run_dir):
+        return None, diagram
     members = load_runs(run_dir)
     index = [r.run_id for r in members].index(run.run_id)
     cfg = members[index].task
     batch = generate(cfg, 1, np.random.default_rng(ANALYSIS_SEED + 1))
     smap = map_statements(cfg, batch)
     patterns = statement_patterns(load_model(run_dir, index), cfg, batch.tokens)[0, 0]
-    mine = heads[heads.run_id == run.run_id].sort_values(["layer", "head"])
     key = mine[mine.in_circuit]
     key = key if not key.empty else mine[mine.role != "none"]
     if also is not None:
         key = pd.concat([key, also]).drop_duplicates(["layer", "head"]).sort_values(["layer", "head"])
-    name = f"{run.part}, D={run.hops}, {run.layers} layers, seed {run.seed}"
-    tag = tag or run.part
     maps = plot_attention_maps(patterns, key, _statement_labels(cfg, smap.rows[0]),
                                [int(s) for s in smap.hop_link[0] if s >= 0], figures / f"attention_{tag}.png",
                                f"Attention of the circuit heads on one example ({name}); red: queried chain")
-    diagram = plot_circuit(mine, figures / f"circuit_{tag}.png", f"Circuit found automatically ({name})")
-    return [maps, diagram]
+    return maps, diagram
 
 
 def emergence_figures(final: pd.DataFrame, curves: pd.DataFrame, hops: pd.DataFrame, figures: Path,

@@ -141,15 +141,14 @@ def _dense_checkpoints(settings: dict[str, Any], every: int, logs: int) -> dict[
 def gpu_plan() -> RetrievalPlan:
     """The `gpu` scale: the cells that separate the papers' claims from what the CPU scale showed.
 
-    Depth: 2 and 3 causal layers on D = 3, 4, 5 under the formulations where CPU runs showed (or came
-    half-way to) composition — links in chain order and shuffled, each with dense and query supervision
-    (chain order with query supervision separates the order from the supervision) — with the paper's
-    model, 10k steps (three layers needed ~5000 at width 64 for D = 4) and 8 seeds. Conditional: the
-    recipes the CPU sweep could not run: bidirectional attention, 3 and 4 layers, width 128, the paper's
-    24k steps at batch 128 (its second setup), 16 seeds. Sized before any GPU had run it, at an assumed
-    100 TFLOP/s, to about 20 minutes; at the rates measured on an H100 it projects to about 2 hours, so
-    it runs in `--time-limit` pieces or with `--steps`/`--seed` cut to a lease (`gpu_projection`,
-    docs/study-retrieval.md).
+    Depth: 2 and 3 causal layers on D = 3, 4, 5, links in chain order and shuffled, each with dense and query
+    supervision — at CPU scale chain order composed under either supervision and shuffled order under neither
+    (results/order-supervision-cpu), so the grid asks whether the paper's width and 10k steps change that at
+    D = 4 and 5 (three layers needed ~5000 steps at width 64 for D = 4 in chain order) — with the paper's
+    model and 8 seeds. Conditional: the recipes the CPU sweep could not run: bidirectional attention, 3 and 4
+    layers, width 128, the paper's 24k steps at batch 128 (its second setup), 16 seeds. At the step times
+    measured on an H100 it projects to about 53 minutes, so it runs in `--time-limit` pieces or with
+    `--steps`/`--seed` cut to a lease (`gpu_projection`, docs/study-retrieval.md).
     """
     model = {**scale_settings("paper"), "vocab": 24, "train_size": 2**18, "val_size": 2048, "eval_every": 100}
     depth = {**_dense_checkpoints(model, 250, 16), "steps": 10_000}

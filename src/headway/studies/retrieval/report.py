@@ -172,10 +172,19 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         f"{run.link_prev:.2f} on the leaf-ward one); mean-ablating its composing heads ({run.composing_heads}) at "
         f"the links costs {run.composing_drop:.2f} of accuracy, as many other heads of their layers "
         f"{run.control_drop:.2f}.")
-    report.figure(maps, "Attention maps of its circuit heads and of the heads that compose links (rows: attending "
-                        "statement, columns: attended statement; red: the queried chain).")
+    _maps_figure(report, maps, "Attention maps of its circuit heads and of the heads that compose links (rows: "
+                               "attending statement, columns: attended statement; red: the queried chain).")
     report.figure(diagram, "Its circuit, found automatically: roles per head, circuit heads outlined with their "
                            "mean-ablation accuracy drop Δ.")
+
+
+def _maps_figure(report: Report, maps: Path | None, caption: str) -> None:
+    """An attention-map figure, or why there is none: a published folder keeps no checkpoints to draw from."""
+    if maps is None:
+        report.paragraph("Attention maps need the run's weights, and this folder keeps no checkpoints (a published "
+                         "copy of a study); the study folder that trained the runs draws them.")
+    else:
+        report.figure(maps, caption)
 
 
 def _mechanism_section(report: Report, runs_dir: Path, tables: RetrievalTables, figures: Path) -> None:
@@ -191,8 +200,8 @@ def _mechanism_section(report: Report, runs_dir: Path, tables: RetrievalTables, 
         if run is None:
             continue
         maps, diagram = example_figures(runs_dir, run, heads, figures)
-        report.figure(maps, f"Attention maps of the circuit heads of one {part} model on one example "
-                            "(rows: attending statement, columns: attended statement).")
+        _maps_figure(report, maps, f"Attention maps of the circuit heads of one {part} model on one example "
+                                   "(rows: attending statement, columns: attended statement).")
         report.figure(diagram, f"Circuit diagram of the same {part} model: roles per head, circuit heads "
                                "outlined with their mean-ablation accuracy drop Δ.")
     solved = mechanism[mechanism.solved]

@@ -8,15 +8,18 @@ looked for where it happens, at the links, and checked causally:
 - *compositional*: (1) after some layer t < L the link-site probe decodes hop ≥ 2 (held-out accuracy
   ≥ `decode`), and (2) mean-ablating the composing heads at link positions lowers the answer's
   accuracy by ≥ `margin` more than ablating as many other heads of the same layers there does
-  (`composition.composition_check`; a negative control drop counts as 0).
+  (`composition.composition_check`; a negative control drop counts as 0, a missing one — the composing
+  heads are every head of their layers — establishes nothing).
 - *linear*: D ≤ L and composition is not established: the links decode no hop ≥ 2 before the last
-  layer, or they do but the answer survives without the heads that compose them. One hop per layer
-  reaches D ≤ L, so nothing more is needed.
+  layer, or they do but the answer survives without the heads that compose them (against a control). One
+  hop per layer reaches D ≤ L, so nothing more is needed.
 - *not classifiable*: the evidence cannot decide. (a) The final-layer query probe for hop D reads
   the answer more than `gap` below the model's own accuracy (or is missing): the probes are too weak
   for this model, so a missing decode says nothing. (b) D > L is solved without established
   composition: one hop per layer cannot reach it, so the model composes where the link probe or the
-  ablation does not look (e.g. only leaf-ward, or through heads below the reading level).
+  ablation does not look (e.g. only leaf-ward, or through heads below the reading level). (c) Links
+  compose but the composing heads are every head of their layers, so the ablation has no control: its
+  drop cannot be told from what removing any heads there costs.
 - *unsolved*: final accuracy below the solved threshold, whatever the evidence.
 
 The last layer's decode of hop D never decides: in a solved model it only restates the accuracy.
@@ -136,10 +139,11 @@ def probe_adequacy(probes: pd.DataFrame, layers: int, hops: int, accuracy: float
 
 
 def composition_needed(ablation: Ablation, margin: float = CAUSAL_MARGIN) -> bool:
-    """Whether ablating the composing heads costs ≥ `margin` more than the control (a negative or missing
-    control drop counts as 0; no composing head: False)."""
-    control = max(np.nan_to_num(ablation.control_drop, nan=0.0), 0.0)
-    return bool(ablation.composing_drop >= margin + control)
+    """Whether ablating the composing heads costs ≥ `margin` more than the control (a negative control drop
+    counts as 0; a missing control or no composing head: False, since a missing value never passes)."""
+    if np.isnan(ablation.control_drop):
+        return False
+    return bool(ablation.composing_drop >= margin + max(ablation.control_drop, 0.0))
 
 
 def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, solved: bool, accuracy: float,
@@ -161,6 +165,10 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif np.isnan(ablation.composing_drop):
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but no head " \
                   "reads a chain neighbour from links"
+    elif np.isnan(ablation.control_drop):
+        missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]} and ablating the " \
+                  f"composing heads at links costs {ablation.composing_drop:.2f}, but they are every head of their " \
+                  "layers, so no control heads tell that drop from what removing any heads there costs"
     else:
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but {drops}: " \
                   "the answer does not need them"
@@ -174,9 +182,10 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif composed and needed:
         mechanism = "compositional"
         reason = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, and {drops}"
-    elif hops > layers:
+    elif hops > layers or (composed and not np.isnan(ablation.composing_drop) and np.isnan(ablation.control_drop)):
         mechanism = "not classifiable"
-        reason = f"D = {hops} > L = {layers} is solved, which one hop per layer cannot do, yet {missing}"
+        reason = (f"D = {hops} > L = {layers} is solved, which one hop per layer cannot do, yet {missing}"
+                  if hops > layers else missing)
     else:
         mechanism, reason = "linear", f"D = {hops} ≤ L = {layers} and {missing}"
     return Mechanism(mechanism, reason, farthest, link_farthest, reads, nxt, prev, float(ablation.composing_drop),
