@@ -67,6 +67,10 @@ def test_composing_heads_without_control_heads_decide_nothing():
                          accuracy=0.99, ablation=uncontrolled)
         assert found.mechanism == "not classifiable", found
         assert "no control heads" in found.reason
+    unneeded = classify(probe_rows({1: [0.99, 0.05], 2: [0.99, 0.99]}, {1: [1.0, 0.98], 2: [1.0, 0.99]}),
+                        COMPOSING_HEADS, layers=2, hops=2, solved=True, accuracy=0.99,
+                        ablation=Ablation(composing_drop=0.0, control_drop=math.nan))
+    assert unneeded.mechanism == "linear", unneeded  # the answer survives without them: no control needed
 
 
 def test_d_at_most_l_without_link_composition_is_linear():

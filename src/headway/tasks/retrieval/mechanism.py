@@ -18,8 +18,9 @@ looked for where it happens, at the links, and checked causally:
   for this model, so a missing decode says nothing. (b) D > L is solved without established
   composition: one hop per layer cannot reach it, so the model composes where the link probe or the
   ablation does not look (e.g. only leaf-ward, or through heads below the reading level). (c) Links
-  compose but the composing heads are every head of their layers, so the ablation has no control: its
-  drop cannot be told from what removing any heads there costs.
+  compose and ablating the composing heads costs ≥ `margin`, but they are every head of their layers, so
+  the ablation has no control: its drop cannot be told from what removing any heads there costs (a drop
+  below `margin` needs no control: the answer does not need those heads).
 - *unsolved*: final accuracy below the solved threshold, whatever the evidence.
 
 The last layer's decode of hop D never decides: in a solved model it only restates the accuracy.
@@ -165,7 +166,7 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif np.isnan(ablation.composing_drop):
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but no head " \
                   "reads a chain neighbour from links"
-    elif np.isnan(ablation.control_drop):
+    elif np.isnan(ablation.control_drop) and ablation.composing_drop >= rule.margin:
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]} and ablating the " \
                   f"composing heads at links costs {ablation.composing_drop:.2f}, but they are every head of their " \
                   "layers, so no control heads tell that drop from what removing any heads there costs"
@@ -182,7 +183,7 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif composed and needed:
         mechanism = "compositional"
         reason = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, and {drops}"
-    elif hops > layers or (composed and not np.isnan(ablation.composing_drop) and np.isnan(ablation.control_drop)):
+    elif hops > layers or (composed and np.isnan(ablation.control_drop) and ablation.composing_drop >= rule.margin):
         mechanism = "not classifiable"
         reason = (f"D = {hops} > L = {layers} is solved, which one hop per layer cannot do, yet {missing}"
                   if hops > layers else missing)
