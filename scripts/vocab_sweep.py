@@ -38,13 +38,13 @@ def run_study(where: Path, vocab: int, width: int, loss: str, args: argparse.Nam
     subprocess.run(command, check=True)
 
 
-def gathered(out: Path, cells: list[tuple[int, int, str]]) -> pd.DataFrame:
-    """One row per run of every finished study: its settings, final accuracy, whether solved, its mechanism."""
+def gathered(out: Path) -> pd.DataFrame:
+    """One row per run of every finished study under `out` (this sweep's and earlier ones'): its settings, final
+    accuracy, whether solved, its mechanism."""
     frames = []
-    for vocab, width, loss in cells:
-        results = folder(out, vocab, width, loss) / "results.csv"
-        if results.is_file():
-            frames.append(pd.read_csv(results).assign(vocab=vocab, d_model=width, loss=loss)[COLUMNS])
+    for results in sorted(out.glob("V*-w*-*/results.csv")):
+        vocab, width, loss = results.parent.name.split("-", 2)
+        frames.append(pd.read_csv(results).assign(vocab=int(vocab[1:]), d_model=int(width[1:]), loss=loss)[COLUMNS])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
 
 
@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--order", default="chain", help="link order of the recipe")
     parser.add_argument("--attention", default="causal", help="attention of the recipe")
     parser.add_argument("--supervision", default="dense", help="supervision of the recipe")
-    parser.add_argument("--table", type=Path, help="write the gathered table here (CSV)")
+    parser.add_argument("--table", type=Path, help="write the table of every finished study under --out here (CSV)")
     args = parser.parse_args(argv)
     cells = list(itertools.product([int(v) for v in args.vocab.split(",")],
                                    [int(w) for w in args.d_model.split(",")], args.loss.split(",")))
     for vocab, width, loss in cells:
         run_study(folder(args.out, vocab, width, loss), vocab, width, loss, args)
-    table = gathered(args.out, cells)
+    table = gathered(args.out)
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.table, index=False)
