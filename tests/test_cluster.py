@@ -124,7 +124,7 @@ def mid_ensemble(out: Path):
 @pytest.mark.slow
 def test_a_sweep_over_two_nodes_equals_a_local_run(reference, cluster, tmp_path):
     err = finish(driver(cluster, tmp_path, "--progress"))
-    assert "training: 100%" in err and "2/2" in err and "running=0" in err and "failed=0" in err  # the grid's bar
+    assert "\r" not in err  # off a terminal, progress is plain lines (a short grid prints none), never a bar
     assert "2 of 2 ensemble(s) done on 2 node(s), 0 retried" in err
     assert_same_store(reference, tmp_path)
     assert not (tmp_path / ".headway-check").exists()  # the shared-store check cleans up after itself

@@ -48,10 +48,11 @@ COMPOSITIONAL = {"chains": 2, "vocab": 12, "hops": 3, "layers": 2, "order": "cha
 
 @pytest.mark.slow
 def test_two_layers_solve_three_hops_by_composing_links_under_dense_supervision(tmp_path):
-    """The cheapest compositional cell the depth phase diagram found: with dense supervision and links in
-    chain order, two causal layers solve D = 3 (more hops than layers), and the classifier, from link-site
-    probes and the ablation of the heads that compose links, calls every such model compositional with
-    links reading root-ward."""
+    """With dense supervision and links in chain order two causal layers solve D = 3 (more hops than layers)
+    by composing links: after layer 1 the links decode hop 2, read root-ward, and ablating the heads that read
+    there breaks the answer. Dense supervision makes every layer-1 head compose, so where no head is left for
+    the ablation's control the classifier says not classifiable, never linear (the label itself is tested on
+    a query-supervised model in test_mechanism)."""
     import pandas as pd
 
     from headway.studies.retrieval.phase import mechanism_evidence
@@ -65,5 +66,6 @@ def test_two_layers_solve_three_hops_by_composing_links_under_dense_supervision(
     models = pd.DataFrame({"run_id": final.run_id, "layers": 2, "hops": 3, "solved": True,
                            "accuracy": final.val_accuracy})
     for found in mechanism_table(probes, heads, models, composition).itertuples():
-        assert found.mechanism == "compositional" and found.farthest.endswith("3"), found
-        assert found.reads in ("root-ward", "both"), found
+        assert found.link_farthest.startswith("2") and found.farthest.endswith("3"), found
+        assert found.reads in ("root-ward", "both") and found.composing_drop >= 0.5, found
+        assert found.mechanism == "compositional" or "no control heads" in found.reason, found
