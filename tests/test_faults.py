@@ -169,8 +169,11 @@ def test_a_stop_signal_saves_and_the_same_command_resumes_to_identical_results(s
 def test_a_stop_during_start_up_ends_with_one_line(signum, tmp_path):
     """Ctrl-C or SIGTERM a second after the command starts (loading its modules, or already drawing its data):
     one line and the signal's status, no traceback."""
+    # Ctrl-C as from a terminal: a shell starting the suite in the background makes children ignore SIGINT,
+    # and a Python started that way never installs its KeyboardInterrupt handler.
     proc = subprocess.Popen(headway(*train_args("1", "0", 100_000), "--out", str(tmp_path / "out")), env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(1.0)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=300)
