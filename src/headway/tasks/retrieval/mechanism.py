@@ -159,6 +159,8 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     train, held_out, gap = probe_adequacy(probes, layers, hops, accuracy)
     composed = [t for t, far in enumerate(link_farthest[:-1], start=1) if far >= 2]
     needed = composition_needed(ablation, rule.margin)
+    # links compose and their heads matter, but no other head of those layers is left to control with
+    uncontrolled = bool(composed) and np.isnan(ablation.control_drop) and ablation.composing_drop >= rule.margin
     drops = f"ablating the composing heads at links costs {ablation.composing_drop:.2f}, the control " \
             f"{ablation.control_drop:.2f}"
     if not composed:
@@ -166,7 +168,7 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif np.isnan(ablation.composing_drop):
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, but no head " \
                   "reads a chain neighbour from links"
-    elif np.isnan(ablation.control_drop) and ablation.composing_drop >= rule.margin:
+    elif uncontrolled:
         missing = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]} and ablating the " \
                   f"composing heads at links costs {ablation.composing_drop:.2f}, but they are every head of their " \
                   "layers, so no control heads tell that drop from what removing any heads there costs"
@@ -183,7 +185,7 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
     elif composed and needed:
         mechanism = "compositional"
         reason = f"links decode hop {link_farthest[composed[0] - 1]} after layer {composed[0]}, and {drops}"
-    elif hops > layers or (composed and np.isnan(ablation.control_drop) and ablation.composing_drop >= rule.margin):
+    elif hops > layers or uncontrolled:
         mechanism = "not classifiable"
         reason = (f"D = {hops} > L = {layers} is solved, which one hop per layer cannot do, yet {missing}"
                   if hops > layers else missing)
