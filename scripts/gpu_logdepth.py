@@ -1,10 +1,12 @@
 """GPU piece 1 in one command: the log-depth cells of the retrieval `gpu` scale, sized to the minutes given,
 trained, analysed, reported and packed; optionally the training benchmark first.
 
-    python3 scripts/gpu_logdepth.py --out "$OUT" [--minutes 9] [--steps auto] [--bench] [--device cuda]
+    python3 scripts/gpu_logdepth.py --out "$OUT" [--cells logdepth|bound] [--minutes 9] [--steps auto] [--bench]
     python3 scripts/gpu_logdepth.py --out /tmp/rehearse --tiny      # the same steps on the CPU, a few minutes
 
-The cells: causal attention; chain and shuffled link order × dense and query supervision; 2–3 layers ×
+`--cells bound` is a second piece: the `gpu` scale's cells at Theorem 1's exact bound (bidirectional attention,
+shuffled links, dense supervision: two layers on D = 4, three on D = 9 at V = 40), which the CPU did not solve;
+at 8 seeds they fit 10k steps in 9 minutes. The default cells (`logdepth`): causal attention; chain and shuffled link order × dense and query supervision; 2–3 layers ×
 D = 3–5 (12 ensembles: both orders share one); seeds 0–7 by default (`--seeds`). They train in ONE `headway study retrieval` process, ensemble
 after ensemble, eager: on an H100 a step of such an ensemble is bound by kernel latency (8–16 ms), four
 processes sharing the GPU were measured to gain nothing over one (the GPU serialises their kernels), and
@@ -16,7 +18,7 @@ per run, above it (3 layers, E = 16) the FLOPs count.
 
 Whatever happens, the study folder is packed without checkpoints and resume states: the report when the study
 finished, else the training curves and analyses done before the time limit. Files in --out: gpu.txt,
-[bench_training.md,] retrieval-gpu-logdepth.tgz, logdepth.log and timeline.txt.
+[bench_training.md,] retrieval-gpu-CELLS.tgz, CELLS.log and timeline.txt.
 """
 
 from __future__ import annotations
@@ -104,18 +106,30 @@ def benchmark(args: argparse.Namespace, clock: Clock) -> None:
         clock, "benchmark, every way compiled")
 
 
-def cell_options(seeds: tuple[int, ...], tiny: bool) -> list[str]:
-    """The depth cells as `headway study retrieval` options: the `gpu` scale's depth grid for `seeds`, without
-    its conditional grid (the tiny rehearsal: D = 3 only)."""
+# Each piece's cells as overrides of the `gpu` scale's plan, and the study options that give them.
+CELLS = {
+    "logdepth": {"bound_hops": ()},
+    "bound": {"attentions": ("bidirectional",), "orders": ("shuffled",), "supervisions": ("dense",),
+              "layers": (2,), "hops": (4,), "bound_hops": (9,)},  # the grid's one cell is the D = 4 bound cell
+}
+OPTIONS = {"attentions": "--attention", "orders": "--order", "supervisions": "--supervision", "layers": "--layers",
+           "hops": "--hops", "bound_hops": "--bound-hops"}
+
+
+def cell_options(seeds: tuple[int, ...], tiny: bool, cells: str = "logdepth") -> list[str]:
+    """The piece's cells as `headway study retrieval` options: the `gpu` scale's depth cells of `cells` for
+    `seeds`, without its conditional grid (the tiny rehearsal of `logdepth`: D = 3 only)."""
     options = ["--scale", "gpu", "--conditional-hops", "none", "--seed", ",".join(map(str, seeds))]
-    return options + (["--hops", "3"] if tiny else [])
+    for name, values in CELLS[cells].items():
+        options += [OPTIONS[name], ",".join(map(str, values)) or "none"]
+    return options + (["--hops", "3"] if tiny and cells == "logdepth" else [])
 
 
-def sized_steps(seconds: float, seeds: tuple[int, ...]) -> tuple[int, float]:
+def sized_steps(seconds: float, seeds: tuple[int, ...], cells: str = "logdepth") -> tuple[int, float]:
     """The most steps of STEP_CHOICES whose projected time on one H100 fits `seconds`, and that projection."""
     from headway.studies.retrieval.plan import gpu_projection, study_plan
 
-    plan = study_plan("gpu").with_overrides(conditional_hops=(), seeds=seeds)
+    plan = study_plan("gpu").with_overrides(conditional_hops=(), seeds=seeds, **CELLS[cells])
     for steps in STEP_CHOICES:
         projected = gpu_projection(plan.with_settings(steps=steps))["total_s"]
         if projected <= seconds:
@@ -137,16 +151,19 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="where the results land (the device's $OUT)")
+    parser.add_argument("--cells", choices=tuple(CELLS), default="logdepth",
+                        help="logdepth: the causal depth cells; bound: the cells at Theorem 1's exact bound")
     parser.add_argument("--minutes", type=float, default=9.0, help="wall-clock budget of the whole piece")
     parser.add_argument("--device", default="cuda", help="device of the study (cpu with --tiny)")
     parser.add_argument("--steps", default="auto", help="training steps of every cell, or auto (sized to fit)")
     parser.add_argument("--seeds", default="0..7", help="seeds of every cell (e.g. 0..7 or 0,1)")
     parser.add_argument("--bench", action="store_true", help="run the training benchmark first (about 2 min)")
-    parser.add_argument("--work", type=Path, default=ROOT / "runs" / "retrieval-gpu-logdepth",
-                        help="the study folder (checkpoints stay here)")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="the study folder (checkpoints stay here; default runs/retrieval-gpu-CELLS)")
     parser.add_argument("--tiny", action="store_true", help="rehearse on the CPU at a tiny size")
     args = parser.parse_args(argv)
     seeds = tuple(parse_values("seeds", args.seeds, int))
+    work = args.work or ROOT / "runs" / f"retrieval-gpu-{args.cells}"
     if args.tiny:
         args.device, seeds = "cpu", seeds[:2]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -158,17 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.tiny:
         steps = "30"
     elif args.steps == "auto":
-        chosen, projected = sized_steps(budget, seeds)
+        chosen, projected = sized_steps(budget, seeds, args.cells)
         steps = str(chosen)
         clock.note(f"steps {steps}: projected {projected:.0f} s of {budget:.0f} s")
     else:
         steps = args.steps
-    command = [sys.executable, *HEADWAY, "study", "retrieval", *cell_options(seeds, args.tiny), "--steps", steps,
-               "--device", args.device, "--compile", "off", "--no-progress",
-               "--time-limit", f"{max(0.1, budget / 60):.2f}", "--out", str(args.work)]
-    run(command, args.out / "logdepth.log", clock.left() - PACK_RESERVE_S / 2, clock, "depth cells")
-    if args.work.is_dir():
-        pack(args.work, args.out / "retrieval-gpu-logdepth.tgz")
+    command = [sys.executable, *HEADWAY, "study", "retrieval", *cell_options(seeds, args.tiny, args.cells),
+               "--steps", steps, "--device", args.device, "--compile", "off", "--no-progress",
+               "--time-limit", f"{max(0.1, budget / 60):.2f}", "--out", str(work)]
+    run(command, args.out / f"{args.cells}.log", clock.left() - PACK_RESERVE_S / 2, clock, f"{args.cells} cells")
+    if work.is_dir():
+        pack(work, args.out / f"retrieval-gpu-{args.cells}.tgz")
         clock.note("packed")
     return 0
 

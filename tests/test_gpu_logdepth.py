@@ -23,6 +23,14 @@ def test_the_depth_cells_are_the_gpu_scales_without_its_conditional_grid() -> No
     assert options[:4] == ["--scale", "gpu", "--conditional-hops", "none"] and "--seed" in options
 
 
+def test_the_bound_piece_trains_theorem_1s_exact_bound_cells_at_full_length() -> None:
+    options = gpu_logdepth.cell_options((0, 1), tiny=False, cells="bound")
+    assert options[options.index("--bound-hops") + 1] == "9" and options[options.index("--hops") + 1] == "4"
+    assert gpu_logdepth.cell_options((0,), tiny=False)[-2:] == ["--bound-hops", "none"]
+    steps, projected = gpu_logdepth.sized_steps(8.5 * 60, tuple(range(8)), "bound")
+    assert steps == 10_000 and projected <= 8.5 * 60
+
+
 def test_packing_leaves_checkpoints_and_resume_states_behind(tmp_path: Path) -> None:
     study = tmp_path / "study"
     for name in ["report.html", "runs/L2/metrics.parquet", "runs/L2/checkpoints/step_1.safetensors",

@@ -53,7 +53,28 @@ def test_expected_masked_shares_under_shuffled_and_chain_order(layout, hops, sha
     assert masked_fraction(RetrievalConfig(**{**shuffled.to_dict(), "mask_unreachable": False})) == 0.0
 
 
-def reference_unreachable(statements: list[list[int]], query: int, hops: int, layout: str) -> np.ndarray:
+def reference_targets(statements: list[list[int]], hops: int, supervision: str) -> list[list[int]]:
+    """Each link's targets by block, found by walking its chain: dense x_{k-1}, ..., x_0; whole-chain
+    x_{D-1}, ..., x_0 (the chain walked from its leaf)."""
+    right_of = {left: right for left, right in statements}
+    left_of = {right: left for left, right in statements}
+    out = []
+    for left, right in statements:
+        start = right
+        if supervision == "whole-chain":
+            leaf = left
+            while leaf in left_of:
+                leaf = left_of[leaf]
+            start = right_of[leaf]
+        chain = [start]
+        while chain[-1] in right_of:
+            chain.append(right_of[chain[-1]])
+        out.append(chain)
+    return out
+
+
+def reference_unreachable(statements: list[list[int]], query: int, hops: int, layout: str,
+                          supervision: str = "dense") -> np.ndarray:
     """The gather rule played out with Python sets over the whole sequence (every chain and the query),
     causal, to its fixed point; then each link's targets checked against its carrier's set."""
     if layout == "packed":
@@ -71,27 +92,24 @@ def reference_unreachable(statements: list[list[int]], query: int, hops: int, la
         if grown == sets:
             break
         sets = grown
-    right_of = {left: right for left, right in statements}
     out = np.zeros((len(statements), hops), dtype=bool)
-    for i, (_, right) in enumerate(statements):
-        target, block = right, 0
-        while True:
+    for i, targets in enumerate(reference_targets(statements, hops, supervision)):
+        for block, target in enumerate(targets):
             out[i, block] = target not in sets[carrier[i]]
-            if target not in right_of:
-                break
-            target, block = right_of[target], block + 1
     return out
 
 
+@pytest.mark.parametrize("supervision", ["dense", "whole-chain"])
 @pytest.mark.parametrize("layout", ["packed", "flat"])
-def test_masked_targets_are_exactly_the_unreachable_ones_and_the_rest_keep_their_symbols(layout):
-    cfg = RetrievalConfig(vocab=20, chains=3, hops=4, layout=layout, supervision="dense")
+def test_masked_targets_are_exactly_the_unreachable_ones_and_the_rest_keep_their_symbols(layout, supervision):
+    cfg = RetrievalConfig(vocab=20, chains=3, hops=4, layout=layout, supervision=supervision)
     masked_cfg = RetrievalConfig(**{**cfg.to_dict(), "mask_unreachable": True})
     plain, masked = generate(cfg, 40, 3), generate(masked_cfg, 40, 3)
     assert np.array_equal(plain.tokens, masked.tokens) and np.array_equal(plain.statements, masked.statements)
-    missing = unreachable_targets(plain.statements, cfg.hops, layout)
+    missing = unreachable_targets(plain.statements, cfg.hops, layout, supervision)
     for example in range(len(plain)):
-        expected = reference_unreachable(plain.statements[example].tolist(), int(plain.query[example]), 4, layout)
+        statements = plain.statements[example].tolist()
+        expected = reference_unreachable(statements, int(plain.query[example]), 4, layout, supervision)
         assert np.array_equal(missing[example], expected), example
     rows = (lambda batch: batch.targets.reshape(len(batch), cfg.n_ctx, cfg.hops))
     kept, dropped = rows(plain), rows(masked)
@@ -102,6 +120,46 @@ def test_masked_targets_are_exactly_the_unreachable_ones_and_the_rest_keep_their
     assert np.array_equal(links_dropped[~missing], links_kept[~missing])
     assert np.array_equal(np.delete(dropped, np.s_[carriers], axis=1), np.delete(kept, np.s_[carriers], axis=1))
     assert missing.any() and (~missing & (links_kept >= 0)).any()
+
+
+@pytest.mark.parametrize("layout", ["packed", "flat"])
+def test_whole_chain_targets_give_every_link_its_chain_in_the_query_blocks(layout):
+    cfg = RetrievalConfig(vocab=20, chains=3, hops=4, layout=layout, supervision="whole-chain")
+    batch = generate(cfg, 30, 5)
+    rows = batch.targets.reshape(len(batch), cfg.n_ctx, cfg.hops)
+    links = rows[:, :-1] if layout == "packed" else rows[:, 1:-1:2]
+    for example in range(len(batch)):
+        expected = reference_targets(batch.statements[example].tolist(), 4, "whole-chain")
+        assert links[example].tolist() == expected
+        assert rows[example, -1].tolist() == batch.chain[example, 1:].tolist()  # the query's own targets
+    if layout == "flat":
+        assert (rows[:, 0:-1:2] == -1).all()  # left slots and the query symbol carry none
+
+
+@pytest.mark.parametrize("order, hops, share", [("shuffled", 2, 1 / 8), ("chain", 3, 1 / 9), ("chain", 4, 3 / 16)])
+def test_whole_chain_masks_the_leaf_ward_targets_chain_order_hides(order, hops, share):
+    # chain order: link k comes before links k+1..D, so its targets x_{k+1}..x_{D-1} are unreachable, and
+    # nothing else is: D = 3 masks x_2 at link 1 (1 of 9); D = 4 masks 3 of 16. Shuffled D = 2: link 2 first
+    # (half the orders) cannot see x_0 (1 of 4 targets).
+    cfg = RetrievalConfig(vocab=4 * (hops + 1), chains=4, hops=hops, order=order, supervision="whole-chain",
+                          mask_unreachable=True)
+    assert masked_fraction(cfg) == pytest.approx(share, abs=0.01)
+    if order == "chain":
+        statements = generate(cfg, 50, 2, dense=False).statements
+        missing = unreachable_targets(statements, hops, "packed", "whole-chain")
+        for example, link in itertools.product(range(50), range(cfg.n_links)):
+            k = k_of(statements[example], link)
+            beyond_left = [block for block in range(hops) if hops - 1 - block > k]  # block j wants x_{D-1-j}
+            assert np.flatnonzero(missing[example, link]).tolist() == beyond_left
+
+
+def k_of(statements: np.ndarray, i: int) -> int:
+    """k of link i ([x_k, x_{k-1}]): the number of links from it down to its chain's root."""
+    right_of = {left: right for left, right in statements.tolist()}
+    k, symbol = 1, int(statements[i, 1])
+    while symbol in right_of:
+        k, symbol = k + 1, right_of[symbol]
+    return k
 
 
 def test_the_same_draw_masks_the_same_link_targets_in_both_layouts():
@@ -177,6 +235,9 @@ def test_the_study_masks_dense_causal_cells_and_reports_the_share(tmp_path, caps
     masks = {(r.task.supervision, r.model.attention): r.task.mask_unreachable for r in plan.depth_runs()}
     assert masks == {("dense", "causal"): True, ("dense", "bidirectional"): False,
                      ("query", "causal"): False, ("query", "bidirectional"): False}
+    whole = study_plan("cpu").with_overrides(hops=(3,), layers=(2,), seeds=(0,), curricula=("ic",),
+                                             supervisions=("whole-chain",), mask_unreachable=True)
+    assert [r.task.mask_unreachable for r in whole.depth_runs()] == [True]
     with pytest.raises(ConfigError, match="mask_unreachable = True .* add --supervision dense"):
         study_plan("cpu").with_overrides(mask_unreachable=True)
     rows = [{**run.flat(), "run_id": run.run_id, "step": 10, "val_accuracy": 0.5} for run in plan.depth_runs()]

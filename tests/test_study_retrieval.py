@@ -149,10 +149,27 @@ def test_the_gpu_plan_trains_the_separating_cells_in_about_an_hour_of_one_h100()
         assert wanted <= {cell[2:] for cell in cells if cell[:2] == formulation}
     depth = plan.depth_runs()
     assert min(r.train.steps for r in depth) >= 5000 and len(plan.seeds) >= 4
-    assert {(r.model.attention, r.task.curriculum) for r in depth} == {("causal", "ic")}
+    assert {(r.model.attention, r.task.curriculum) for r in depth} == {("causal", "ic"), ("bidirectional", "ic")}
+    bound = {(r.model.layers, r.task.hops, r.task.vocab, r.task.order, r.task.supervision)
+             for r in depth if r.model.attention == "bidirectional"}
+    assert bound == {(2, 4, 24, "shuffled", "dense"), (3, 9, 40, "shuffled", "dense")}  # Theorem 1's exact bound
     conditional = plan.conditional_runs()
     assert {(r.model.attention, r.model.d_model) for r in conditional} == {("bidirectional", 128)}
     assert 4 in {r.model.layers for r in conditional} and min(r.train.steps for r in conditional) >= 12_000
+
+
+def test_bound_cells_sit_at_theorem_1s_depth_with_room_for_their_symbols_and_never_twice():
+    plan = study_plan("cpu").with_overrides(bound_hops=(1, 4, 9), seeds=(0, 1), hops=(4,), layers=(2,),
+                                            attentions=("bidirectional",), supervisions=("dense",), curricula=("ic",)
+                                            ).with_settings(vocab=20)
+    bound = plan.bound_runs()
+    assert [(r.model.layers, r.task.hops, r.task.vocab) for r in bound[::2]] == [(1, 1, 20), (2, 4, 20), (3, 9, 40)]
+    assert {(r.model.attention, r.task.order, r.task.supervision) for r in bound} == {
+        ("bidirectional", "shuffled", "dense")}
+    grid = [r for r in plan.depth_runs() if r not in bound]
+    assert len(plan.depth_runs()) == 6 and len({r.run_id for r in plan.depth_runs()}) == 6  # D = 4 is a grid cell
+    assert all(r.task.vocab == 20 for r in grid)
+    assert study_plan("cpu").bound_runs() == []
 
 
 def test_bad_study_option_is_one_line(tmp_path, capsys):

@@ -16,7 +16,8 @@ from headway.model.config import ATTENTION_KINDS
 from headway.runs.config import RunConfig, expand_grid
 from headway.studies.base import Plan, axis
 from headway.tasks.registry import scale_settings
-from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, ORDERS, SUPERVISIONS
+from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, LINK_SUPERVISIONS, ORDERS, SUPERVISIONS, RetrievalConfig
+from headway.tasks.retrieval.theory import min_layers
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
 # Analysis seconds per ensemble on one H100, inferred rather than timed: four study processes sharing one H100
@@ -46,9 +47,15 @@ class RetrievalPlan(Plan):
                                         metadata=axis("Attention: causal, bidirectional.", "attention"))
     orders: tuple[str, ...] = field(default=("shuffled",), metadata=axis("Link orders: shuffled, chain.", "order"))
     supervisions: tuple[str, ...] = field(default=("query",), metadata=axis(
-        "Supervision: query, dense (every link also predicts its chain; IC only).", "supervision"))
+        "Supervision: query, dense (every link also predicts its chain toward the root), whole-chain (every link "
+        "predicts its whole chain, root-ward and leaf-ward); IC only.", "supervision"))
     mask_unreachable: bool = field(default=False, metadata=axis(
-        "Mask the dense targets no depth can deliver under a causal mask (dense causal cells; alone: true)."))
+        "Mask the link targets no depth can deliver under a causal mask (dense and whole-chain causal cells; "
+        "alone: true)."))
+    bound_hops: tuple[int, ...] = field(default=(), metadata=axis(
+        "Cells at Theorem 1's exact bound, beside the grid: for each D, bidirectional attention, shuffled links "
+        "and dense supervision with ⌈log₃ 2D⌉ layers, V raised to K·(D+1) where the grid's is smaller "
+        "('none': none).", words={"none": ()}))
     conditional_base: dict[str, Any] = field(default_factory=dict)
     conditional_layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Conditional grid: layer counts."))
     conditional_hops: tuple[int, ...] = field(
@@ -66,20 +73,21 @@ class RetrievalPlan(Plan):
         _check_choices("attentions", self.attentions, ATTENTION_KINDS)
         _check_choices("orders", self.orders, ORDERS)
         _check_choices("supervisions", self.supervisions, SUPERVISIONS)
-        for name in ("layers", "hops", "contrast_hops", "conditional_layers", "conditional_hops"):
+        for name in ("layers", "hops", "contrast_hops", "bound_hops", "conditional_layers", "conditional_hops"):
             bad = [v for v in getattr(self, name) if v < 1]
             if bad:
                 raise ConfigError(f"{name} = {bad[0]} is not allowed; use whole numbers >= 1")
-        has_dense_causal = "dense" in self.supervisions and "causal" in self.attentions and "ic" in self.curricula
-        if self.mask_unreachable and not has_dense_causal:
-            raise ConfigError("mask_unreachable = True masks the targets of dense, causal IC cells and this plan has "
-                              f"none (supervision {','.join(self.supervisions)}, attention "
+        has_link_causal = (any(s in LINK_SUPERVISIONS for s in self.supervisions) and "causal" in self.attentions
+                           and "ic" in self.curricula)
+        if self.mask_unreachable and not has_link_causal:
+            raise ConfigError("mask_unreachable = True masks the link targets of dense or whole-chain, causal IC cells "
+                              f"and this plan has none (supervision {','.join(self.supervisions)}, attention "
                               f"{','.join(self.attentions)}, curriculum {','.join(self.curricula)}); "
                               "add --supervision dense (and --attention causal, --curriculum ic)")
 
     def depth_runs(self) -> list[RunConfig]:
         """Plain-task runs. With one hop the curricula coincide, so D=1 is trained with `ic` only; other
-        curricula are trained at `contrast_hops` only when those are given (a cheaper contrast). Dense
+        curricula are trained at `contrast_hops` only when those are given (a cheaper contrast). Link
         supervision exists for `ic` only, so the other curricula are trained with the query's; with
         `mask_unreachable`, its causal runs mask the targets no depth can deliver."""
         runs = []
@@ -93,11 +101,25 @@ class RetrievalPlan(Plan):
             axes = {"layout": list(self.layouts), "attention": list(self.attentions), "order": list(self.orders),
                     "supervision": supervisions, "hops": hops, "layers": list(self.layers), "seed": list(self.seeds)}
             runs += [self._masked(run) for run in expand_grid({**self.depth_base, "curriculum": curriculum}, axes)]
+        grid = {run.run_id for run in runs}
+        return runs + [run for run in self.bound_runs() if run.run_id not in grid]  # a grid cell may be one
+
+    def bound_runs(self) -> list[RunConfig]:
+        """The `bound_hops` cells: where Theorem 1's bound is exact (bidirectional attention, which reaches in
+        every link order) and the shuffled order the paper uses, so one layer fewer could not solve them. Dense
+        supervision, because at CPU scale it is what let bidirectional shuffled cells compose at all."""
+        runs = []
+        for hops in self.bound_hops:
+            base = {**self.depth_base, "curriculum": "ic", "attention": "bidirectional", "order": "shuffled",
+                    "supervision": "dense", "hops": hops, "layers": min_layers(hops)}
+            chains = base.get("chains", RetrievalConfig.chains)
+            base["vocab"] = max(base.get("vocab", RetrievalConfig.vocab), chains * (hops + 1))
+            runs += expand_grid(base, {"seed": list(self.seeds)})
         return runs
 
     def _masked(self, run: RunConfig) -> RunConfig:
-        """`run` with mask_unreachable set where the plan asks for it and a mask applies (dense, causal)."""
-        if not (self.mask_unreachable and run.task.supervision == "dense" and run.model.attention == "causal"):
+        """`run` with mask_unreachable set where the plan asks for it and a mask applies (link supervision, causal)."""
+        if not (self.mask_unreachable and run.task.supervision in LINK_SUPERVISIONS and run.model.attention == "causal"):
             return run
         return replace(run, task=replace(run.task, mask_unreachable=True))
 
@@ -145,9 +167,11 @@ def gpu_plan() -> RetrievalPlan:
     supervision — at CPU scale chain order composed under either supervision and shuffled order under neither
     (results/order-supervision-cpu), so the grid asks whether the paper's width and 10k steps change that at
     D = 4 and 5 (three layers needed ~5000 steps at width 64 for D = 4 in chain order) — with the paper's
-    model and 8 seeds. Conditional: the recipes the CPU sweep could not run: bidirectional attention, 3 and 4
+    model and 8 seeds. Beside the grid, the cells at Theorem 1's exact bound that the CPU could not solve (two
+    bidirectional layers on D = 4, results/bidirectional-d4-cpu; three on D = 9 at V = 40,
+    results/bidirectional-d9-cpu), shuffled links, dense supervision. Conditional: the recipes the CPU sweep could not run: bidirectional attention, 3 and 4
     layers, width 128, the paper's 24k steps at batch 128 (its second setup), 16 seeds. At the step times
-    measured on an H100 it projects to about 53 minutes, so it runs in `--time-limit` pieces or with
+    measured on an H100 it projects to about 58 minutes, so it runs in `--time-limit` pieces or with
     `--steps`/`--seed` cut to a lease (`gpu_projection`, docs/study-retrieval.md).
     """
     model = {**scale_settings("paper"), "vocab": 24, "train_size": 2**18, "val_size": 2048, "eval_every": 100}
@@ -155,7 +179,7 @@ def gpu_plan() -> RetrievalPlan:
     conditional = {**_dense_checkpoints(model, 1000, 24), "chains": 2, "attention": "bidirectional",
                    "steps": 24_000, "batch_size": 128}
     return RetrievalPlan(scale="gpu", depth_base=depth, layers=(2, 3), hops=(3, 4, 5), seeds=tuple(range(8)),
-                         curricula=("ic",), orders=("chain", "shuffled"), supervisions=("dense", "query"),
+                         curricula=("ic",), orders=("chain", "shuffled"), supervisions=("dense", "query"), bound_hops=(4, 9),
                          conditional_base=conditional, conditional_layers=(3, 4), conditional_hops=(1, 2),
                          conditional_seeds=tuple(range(16)))
 

@@ -1,6 +1,7 @@
-"""Dense link targets that no depth can deliver under a causal mask, and the share of them a task masks.
+"""Link targets that no depth can deliver under a causal mask, and the share of them a task masks.
 
-Under dense supervision the link [x_k, x_{k-1}] targets x_{k-1}, ..., x_0 of its chain. A causal model
+Under dense supervision the link [x_k, x_{k-1}] targets x_{k-1}, ..., x_0 of its chain (block j holds
+x_{k-1-j}); under whole-chain supervision it targets x_{D-1}, ..., x_0 (block j holds x_{D-1-j}). A causal model
 can only bring x_m to the position that carries those targets if the information flow of Assumption 1
 lets it through from earlier positions (`headway.tasks.retrieval.reach`, whose rule `gathered_sets`
 plays out here to its fixed point, per example, from that example's own link order). Only a link's own
@@ -38,10 +39,10 @@ def link_chains(statements: np.ndarray, hops: int) -> tuple[np.ndarray, np.ndarr
     return hop, first
 
 
-def unreachable_targets(statements: np.ndarray, hops: int, layout: str) -> np.ndarray:
-    """[n, links, hops] bool: block j of each link (target x_{k-1-j} of link k, j < k) has a target
-    that the position carrying it (packed: the link; flat: its right slot) never gathers under causal
-    attention, however many layers."""
+def unreachable_targets(statements: np.ndarray, hops: int, layout: str, supervision: str = "dense") -> np.ndarray:
+    """[n, links, hops] bool: block j of each link has a target (`supervision` "dense": x_{k-1-j} of
+    link k, j < k; "whole-chain": x_{D-1-j}) that the position carrying it (packed: the link; flat:
+    its right slot) never gathers under causal attention, however many layers."""
     n, links, _ = statements.shape
     hop, first = link_chains(statements, hops)
     by_chain = np.argsort(first * links + np.arange(links), axis=1)  # each chain's links, in sequence order
@@ -49,9 +50,12 @@ def unreachable_targets(statements: np.ndarray, hops: int, layout: str) -> np.nd
     carrier = np.arange(hops) if layout == "packed" else 2 * np.arange(hops) + 1
     held = np.concatenate([gathered_sets(initial_sets(chunk, layout), "causal", layout)[:, carrier]
                            for chunk in order_chunks(orders, layout)])
-    behind = orders[:, :, None] - np.arange(hops)  # block j wants x_{k-1-j}; negative past the root
-    holds = (held[:, :, None] >> np.maximum(behind, 0).astype(np.uint64)) & np.uint64(1)
-    missing = ((behind >= 0) & (holds == 0)).reshape(n, links, hops)
+    if supervision == "whole-chain":
+        wanted = np.broadcast_to(hops - 1 - np.arange(hops), (*orders.shape, hops))  # block j wants x_{D-1-j}
+    else:
+        wanted = orders[:, :, None] - np.arange(hops)  # block j wants x_{k-1-j}; negative past the root
+    holds = (held[:, :, None] >> np.maximum(wanted, 0).astype(np.uint64)) & np.uint64(1)
+    missing = ((wanted >= 0) & (holds == 0)).reshape(n, links, hops)
     out = np.empty_like(missing)
     out[np.arange(n)[:, None], by_chain] = missing
     return out
@@ -64,5 +68,6 @@ def masked_fraction(task: RetrievalConfig, samples: int = MASK_SAMPLES, seed: in
     if not task.mask_unreachable:
         return 0.0
     statements = generate(task, samples, seed, dense=False).statements
-    targets = samples * task.chains * task.hops * (task.hops + 1) // 2  # link k has k targets
-    return float(unreachable_targets(statements, task.hops, task.layout).sum()) / targets
+    per_chain = task.hops * task.hops if task.supervision == "whole-chain" else task.hops * (task.hops + 1) // 2
+    missing = unreachable_targets(statements, task.hops, task.layout, task.supervision)
+    return float(missing.sum()) / (samples * task.chains * per_chain)  # dense: link k has k targets; whole-chain: D

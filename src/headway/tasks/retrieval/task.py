@@ -40,9 +40,14 @@ also reads out at every link, with the same D blocks: the link ``[x_k, x_{k-1}]`
 targets x_{k-1}, ..., x_0 of its own chain and -1 ("no target") in the blocks past its root; the
 query keeps its targets. Training targets are then [N, n_ctx * D], one row of D blocks per
 position (flat: the link's right slot carries them, its left slot and the query symbol -1).
-Validation examples keep the query's targets, so accuracy means the same under both.
-``mask_unreachable`` (dense only, causal attention only) also sets to -1 every link target that the
-causal information flow never brings to its position, whatever the depth (``reachable_targets``).
+``whole-chain``: every link is supervised in both directions, with the query's own blocks: any link
+of a chain targets that chain's x_{D-1}, ..., x_0, the symbols toward its root and those toward its
+leaf alike, so under a causal mask a link's leaf-ward targets need the links that come after it in
+the chain (what chain order never shows it, and shuffled order shows it about half the time).
+Validation examples keep the query's targets, so accuracy means the same under all three.
+``mask_unreachable`` (dense and whole-chain, causal attention only) also sets to -1 every link target
+that the causal information flow never brings to its position, whatever the depth
+(``reachable_targets``).
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ if TYPE_CHECKING:
 LAYOUTS = ("packed", "flat")
 ORDERS = ("shuffled", "chain")
 CURRICULA = ("ic", "none", "mixture")
-SUPERVISIONS = ("query", "dense")
+SUPERVISIONS = ("query", "dense", "whole-chain")
+LINK_SUPERVISIONS = SUPERVISIONS[1:]  # the supervisions that read out at every link
 
 _INT_FIELDS = ("vocab", "chains", "hops", "relations", "classes")
 _MOST = {"vocab": MAX_SYMBOLS, "chains": MAX_CONTEXT, "hops": MAX_CONTEXT, "relations": MAX_SYMBOLS,
@@ -135,15 +141,16 @@ class RetrievalConfig(Task):
             raise ConfigError(f"relations = {self.relations} is too small; the conditional task needs relations >= 2")
         if self.conditional and self.classes < 1:
             raise ConfigError(f"classes = {self.classes} is too small; the conditional task needs classes >= 1")
-        if self.supervision == "dense" and (self.conditional or self.curriculum != "ic"):
+        if self.supervision in LINK_SUPERVISIONS and (self.conditional or self.curriculum != "ic"):
             raise ConfigError(
-                f"supervision = 'dense' needs the plain variant with curriculum 'ic' (got conditional = "
+                f"supervision = {self.supervision!r} needs the plain variant with curriculum 'ic' (got conditional = "
                 f"{self.conditional}, curriculum = {self.curriculum!r}): every link predicts its chain hop by "
                 "hop, as the query does under 'ic'; use supervision 'query' otherwise"
             )
-        if self.mask_unreachable and self.supervision != "dense":
-            raise ConfigError(f"mask_unreachable = True masks dense link targets, but supervision = "
-                              f"{self.supervision!r}; use supervision 'dense' or leave mask_unreachable false")
+        if self.mask_unreachable and self.supervision not in LINK_SUPERVISIONS:
+            raise ConfigError(f"mask_unreachable = True masks link targets, but supervision = "
+                              f"{self.supervision!r}; use supervision 'dense' or 'whole-chain', or leave "
+                              "mask_unreachable false")
         if self.vocab < self.n_symbols:
             formula = "chains*(2*hops+1)" if self.conditional else "chains*(hops+1)"
             raise ConfigError(
@@ -218,13 +225,13 @@ class RetrievalConfig(Task):
 
     @property
     def train_readout_positions(self) -> int:
-        """Positions the training loss reads: every one under dense supervision, else the query."""
-        return self.n_ctx if self.supervision == "dense" else 1
+        """Positions the training loss reads: every one under link supervision, else the query."""
+        return self.n_ctx if self.supervision in LINK_SUPERVISIONS else 1
 
     @property
     def train_targets_masked(self) -> bool:
-        """Dense training targets hold -1 past each link's root and at positions without a link."""
-        return self.supervision == "dense"
+        """Link training targets hold -1 where a block has none (past a root, without a link, masked)."""
+        return self.supervision in LINK_SUPERVISIONS
 
     def draw(self, n: int, rng: np.random.Generator, validation: bool = False) -> RetrievalBatch:
         """n examples; validation examples always query the full depth D and carry the query's targets."""
@@ -274,7 +281,7 @@ def generate(
             "use curriculum 'none' or 'mixture'"
         )
     if dense is None:
-        dense = cfg.supervision == "dense"
+        dense = cfg.supervision in LINK_SUPERVISIONS
     if dense and (cfg.conditional or cfg.curriculum != "ic"):
         raise ConfigError("dense = True needs the plain variant with curriculum 'ic'")
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
@@ -308,12 +315,13 @@ def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture:
     answer = gather(chain, drawn.depth[:, None])[:, 0]
     targets = chain[:, 1:] if cfg.curriculum == "ic" else answer[:, None]
     if dense:
-        toward_root = drawn.toward_root
+        links = drawn.whole_chain if cfg.supervision == "whole-chain" else drawn.toward_root
         if cfg.mask_unreachable:
             from headway.tasks.retrieval.reachable_targets import unreachable_targets  # it imports this module
 
-            toward_root = np.where(unreachable_targets(drawn.statements, cfg.hops, cfg.layout), -1, toward_root)
-        targets = dense_targets(toward_root, targets, cfg.layout == "packed").reshape(n, -1)
+            missing = unreachable_targets(drawn.statements, cfg.hops, cfg.layout, cfg.supervision)
+            links = np.where(missing, -1, links)
+        targets = dense_targets(links, targets, cfg.layout == "packed").reshape(n, -1)
     return RetrievalBatch(
         tokens=encode_rows(drawn.rows, cfg.layout == "packed", cfg.base_vocab),
         targets=targets.astype(np.int64),
@@ -327,13 +335,13 @@ def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture:
     )
 
 
-def dense_targets(toward_root: np.ndarray, query_targets: np.ndarray, packed: bool) -> np.ndarray:
-    """Targets of every position [n, n_ctx, D] from each link's chain toward the root
-    [n, links, D] and the query's targets [n, D]; flat layouts give left slots -1."""
-    n, links, hops = toward_root.shape
+def dense_targets(link_targets: np.ndarray, query_targets: np.ndarray, packed: bool) -> np.ndarray:
+    """Targets of every position [n, n_ctx, D] from each link's targets [n, links, D] and the
+    query's [n, D]; flat layouts give left slots -1."""
+    n, links, hops = link_targets.shape
     if packed:
-        return np.concatenate([toward_root, query_targets[:, None, :]], axis=1)
-    out = np.full((n, 2 * links + 2, hops), -1, dtype=toward_root.dtype)
-    out[:, 1 : 2 * links : 2] = toward_root
+        return np.concatenate([link_targets, query_targets[:, None, :]], axis=1)
+    out = np.full((n, 2 * links + 2, hops), -1, dtype=link_targets.dtype)
+    out[:, 1 : 2 * links : 2] = link_targets
     out[:, -1] = query_targets
     return out

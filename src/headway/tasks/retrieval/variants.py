@@ -33,6 +33,7 @@ class Drawn(NamedTuple):
     classes: np.ndarray | None = None
     rules: np.ndarray | None = None
     toward_root: np.ndarray | None = None  # plain: each link's chain x_{k-1} … x_0, -1 padded, [n, links, D]
+    whole_chain: np.ndarray | None = None  # plain: each link's chain in the query's blocks x_{D-1} … x_0, [n, links, D]
 
 
 def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> Drawn:
@@ -48,8 +49,10 @@ def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: 
     behind = np.arange(d)  # block j of link x_k holds x_{k-1-j}: j hops beyond its right side
     reached = behind <= (order % d)[..., None]
     toward_root = np.where(reached, gather(symbols, np.maximum(right[..., None] - behind, 0)), -1)
+    root = (order // d) * (d + 1)  # column of x_0 of each link's chain
+    whole_chain = gather(symbols, root[..., None] + d - 1 - behind)  # block j holds x_{D-1-j}, as the query's
     rows = np.concatenate([statements, query_row[:, None, :]], axis=1)
-    return Drawn(rows, statements, chain, depth, toward_root=toward_root)
+    return Drawn(rows, statements, chain, depth, toward_root=toward_root, whole_chain=whole_chain)
 
 
 def draw_rules(rng: np.random.Generator, n: int, classes: int, relations: int) -> np.ndarray:
