@@ -301,6 +301,32 @@ def test_killed_llm_eval_resumes_to_identical_answers(tmp_path):
 # --- damaged files -------------------------------------------------------------------------------------
 
 
+def test_a_table_with_object_columns_reads_back_as_written_not_as_damaged(tmp_path):
+    # an analysis table concatenated from empty and non-empty parts holds ints and floats in object columns;
+    # Parquet stores them as int64 and double, which is what the table's recorded shape must say
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = [pd.DataFrame(columns=["layer", "drop", "heads"]),
+             pd.DataFrame({"layer": [0, 1], "drop": [0.5, float("nan")], "heads": ["L1H0", "L2H1"]})]
+    frame = pd.concat(parts, ignore_index=True)
+    assert frame["layer"].dtype == object
+    layout.write_table(tmp_path / "mixed.parquet", frame)
+    back = layout.read_table(tmp_path / "mixed.parquet")
+    assert back["layer"].tolist() == [0, 1] and back["heads"].tolist() == ["L1H0", "L2H1"]
+    # a table written before the shape held Arrow types (it held pandas dtypes) still reads
+    clean = pd.DataFrame({"layer": [0, 1], "drop": [0.5, 0.25]})
+    table = pa.Table.from_pandas(clean, preserve_index=False)
+    old = layout._pandas_shape(clean)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, layout.SHAPE_KEY: old}), tmp_path / "old.parquet")
+    assert layout.read_table(tmp_path / "old.parquet").equals(clean)
+    # and one whose rows were changed behind its metadata is still refused
+    fewer = pa.Table.from_pandas(clean.iloc[:1], preserve_index=False)
+    pq.write_table(fewer.replace_schema_metadata({**fewer.schema.metadata, layout.SHAPE_KEY: old}), tmp_path / "cut.parquet")
+    with pytest.raises(ConfigError, match="is damaged"):
+        layout.read_table(tmp_path / "cut.parquet")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """One finished tiny ensemble: config, summary, metrics, checkpoints and its last resume state."""

@@ -26,6 +26,7 @@ from headway.errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 CONFIG = "config.json"
 METRICS = "metrics.parquet"
@@ -150,8 +151,15 @@ def read_json(path: Path | str) -> dict[str, Any]:
     return data
 
 
-def _shape(frame: pd.DataFrame) -> bytes:
-    """A frame's row count, column names and dtypes, as the bytes a table's metadata stores."""
+def _shape(table: pa.Table) -> bytes:
+    """A table's row count, column names and Arrow types, as the bytes its metadata stores. Arrow's types, not
+    pandas' dtypes: a column of Python ints held as `object` is written as int64 and read back as int64, so
+    only the stored types describe what a reader will find."""
+    return json.dumps([table.num_rows, [[field.name, str(field.type)] for field in table.schema]]).encode()
+
+
+def _pandas_shape(frame: pd.DataFrame) -> bytes:
+    """The shape tables written before `_shape` stored: the frame's row count, column names and pandas dtypes."""
     return json.dumps([len(frame), [[str(name), str(dtype)] for name, dtype in frame.dtypes.items()]]).encode()
 
 
@@ -162,7 +170,7 @@ def write_table(path: Path, frame: pd.DataFrame) -> None:
     import pyarrow.parquet as pq
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHAPE_KEY: _shape(frame)})
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHAPE_KEY: _shape(table)})
     with atomic(path) as tmp:
         pq.write_table(table, tmp, write_page_checksum=True)
 
@@ -180,7 +188,7 @@ def read_table(path: Path | str) -> pd.DataFrame:
         expected = (table.schema.metadata or {}).get(SHAPE_KEY)
         if expected is None:
             raise ValueError(f"no {SHAPE_KEY.decode()} entry: written by an older headway, or altered")
-        if expected != _shape(frame):
+        if expected not in (_shape(table), _pandas_shape(frame)):
             raise ValueError("its rows or columns differ from the ones it was written with")
         return frame
     except Exception as err:  # noqa: BLE001 - any failure to decode a file headway wrote means it is damaged
