@@ -6,7 +6,7 @@ x₁ = x₀ comes before the hop-2 link x₂ = x₁; in the other half of the or
 prints each run's accuracy on both halves, which tells that mechanism apart from a budget failure
 (equal accuracy on both halves).
 
-    python scripts/accuracy_by_link_order.py runs/depth-phase-cpu/runs --layers 2 --hops 3
+    python scripts/accuracy_by_link_order.py runs/depth-phase-cpu/runs --layers 2 --hops 3 [--csv by_link_order.csv]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from headway.analysis.inputs import instance_tokens
@@ -48,15 +49,20 @@ def main() -> None:
     parser.add_argument("--hops", type=int, default=3)
     parser.add_argument("--examples", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--csv", type=Path, help="also write the rows here (a results folder's by_link_order.csv)")
     args = parser.parse_args()
     print("supervision order seed accuracy | root link first | root link later (share first)")
+    rows = []
     for run_dir in layout.ensemble_dirs(args.runs):
         first = load_runs(run_dir)[0]
         if first.model.layers != args.layers or first.task.hops != args.hops:
             continue
         for row in split_accuracy(run_dir, args.examples, args.seed):
-            print(f"{row['supervision']:>5} {row['order']:>8} {row['seed']:>4} {row['accuracy']:.3f} | "
+            rows.append(row)
+            print(f"{row['supervision']:>11} {row['order']:>8} {row['seed']:>4} {row['accuracy']:.3f} | "
                   f"{row['root_link_first']:.3f} | {row['root_link_later']:.3f} ({row['share_root_first']:.2f})")
+    if args.csv:
+        pd.DataFrame(rows).sort_values(["supervision", "seed"]).to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

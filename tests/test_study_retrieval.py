@@ -117,6 +117,13 @@ def test_rerun_reuses_runs_and_analyses(study, capsys):
     assert main([*ARGS, "--out", str(study)]) == 0
     assert before == {p: p.stat().st_mtime_ns for p in (study / "runs").rglob("*.safetensors")}
     assert done == {p: p.stat().st_mtime_ns for p in (study / "analysis").rglob("done.json")}
+    # a table deleted (say, because it was refused as damaged) has its ensemble analysed again, and only that one
+    lost = sorted((study / "analysis").rglob("paths.parquet"))[0]
+    lost.unlink()
+    assert main([*ARGS, "--out", str(study)]) == 0
+    assert lost.is_file()
+    again = {p: p.stat().st_mtime_ns for p in (study / "analysis").rglob("done.json")}
+    assert {p for p in again if again[p] != done[p]} == {lost.parent / "done.json"}
 
 
 def test_plans_refuse_bad_axes():

@@ -224,11 +224,13 @@ class Study(ABC):
         layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
 
     def is_cached(self, run_dir: Path) -> bool:
-        """Whether the analysis tables of one ensemble are cached under the current stamp."""
+        """Whether the analysis tables of one ensemble are cached under the current stamp, every one of them there
+        (a table deleted because it was damaged has the ensemble analysed again)."""
         from headway.runs.store import load_runs
 
-        done = self.out / ANALYSIS / run_dir.name / DONE
-        if not done.is_file():
+        folder = self.out / ANALYSIS / run_dir.name
+        done = folder / DONE
+        if not done.is_file() or not all((folder / f"{name}.parquet").is_file() for name in self.tables):
             return False
         stamp = {k: v for k, v in layout.read_json(done).items() if k != "seconds"}
         return stamp == self.analysis_stamp(load_runs(run_dir))
