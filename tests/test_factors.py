@@ -52,3 +52,14 @@ def test_a_run_whose_mechanism_is_not_classifiable_counts_for_neither_level():
     mechanisms.loc[mechanisms.run_id.isin(["chain-query-0", "chain-query-1"]), "mechanism"] = "not classifiable"
     row = factor_table(final, mechanisms, RetrievalRules()).iloc[0]
     assert (row.composed_a, row.runs_a, row.composed_b, row.runs_b) == (6, 6, 0, 8)
+
+
+def test_solving_is_compared_with_every_run_counted_whatever_its_mechanism():
+    # a level that solves by a route the classifier cannot certify shows in the solved counts only
+    final, mechanisms = grid({("shuffled", "whole-chain"): 8, ("shuffled", "dense"): 0})
+    mechanisms.loc[mechanisms.run_id.str.contains("whole-chain"), "mechanism"] = "not classifiable"
+    row = factor_table(final, mechanisms, RetrievalRules()).iloc[0]
+    assert (row.level_a, row.level_b) == ("dense", "whole-chain")
+    assert (row.composed_a, row.runs_a, row.composed_b, row.runs_b) == (0, 8, 0, 0)
+    assert (row.solved_a, row.trained_a, row.solved_b, row.trained_b) == (0, 8, 8, 8)
+    assert math.isclose(row.p_solved, 2 / math.comb(16, 8)) and row.power_solved > 0.9

@@ -117,9 +117,11 @@ def _factor_section(report: Report, factors: pd.DataFrame, rules: RetrievalRules
         "compared by Fisher's exact test, two-sided (p: twice the smaller one-sided p). Power: the chance of "
         f"p ≤ {rules.alpha:g} if one level composed in {rules.effect_factor_high:.0%} of runs and the other in "
         f"{rules.effect_factor_low:.0%}; below {rules.power:g} a null result says nothing. These comparisons are "
-        "headway's own question, not a claim of the paper, so they are not in the verdicts' Holm family.")
-    report.table(factors, "Composing runs (solved and classed compositional) per level of the factor compared.",
-                 float_format="{:.3g}")
+        "headway's own question, not a claim of the paper, so they are not in the verdicts' Holm family. The same "
+        "test on the runs that solve the cell by any mechanism, every run counted (solved_*, trained_*, p_solved), "
+        "shows a level that solves by a route the classifier cannot certify.")
+    report.table(factors, "Composing runs (solved and classed compositional; runs not classifiable left out) and "
+                          "solving runs (all runs) per level of the factor compared.", float_format="{:.3g}")
 
 
 def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, runs_dir: Path, figures: Path) -> None:
