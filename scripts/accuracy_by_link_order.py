@@ -26,7 +26,8 @@ from headway.tasks.retrieval.positions import map_statements
 
 
 def split_accuracy(run_dir: Path, examples: int, seed: int) -> list[dict]:
-    """Per instance of one ensemble: accuracy where the root link precedes the hop-(D−1) link and where it follows."""
+    """Per instance of one ensemble: accuracy where the root link precedes the hop-(D−1) link and where it follows.
+    The instances share tokens (an ensemble's tasks differ at most in their training targets), so one draw serves all."""
     runs = load_runs(run_dir)
     task = runs[0].task
     batch = generate(task, examples, np.random.default_rng(seed))
@@ -36,7 +37,7 @@ def split_accuracy(run_dir: Path, examples: int, seed: int) -> list[dict]:
     with torch.no_grad():
         out = model(instance_tokens(batch.tokens, model.n_instances))
     hits = out[..., -task.vocab:].argmax(-1).numpy() == batch.answer[None]
-    return [{"run": run.run_id, "seed": run.seed, "supervision": task.supervision, "order": task.order,
+    return [{"run": run.run_id, "seed": run.seed, "supervision": run.task.supervision, "order": run.task.order,
              "accuracy": float(hits[e].mean()), "root_link_first": float(hits[e, root_first].mean()),
              "root_link_later": float(hits[e, ~root_first].mean()), "share_root_first": float(root_first.mean())}
             for e, run in enumerate(runs)]
