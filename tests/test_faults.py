@@ -307,13 +307,15 @@ def test_a_table_with_object_columns_reads_back_as_written_not_as_damaged(tmp_pa
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    parts = [pd.DataFrame(columns=["layer", "drop", "heads"]),
-             pd.DataFrame({"layer": [0, 1], "drop": [0.5, float("nan")], "heads": ["L1H0", "L2H1"]})]
+    parts = [pd.DataFrame(columns=["layer", "drop", "heads", "trace"]),
+             pd.DataFrame({"layer": [0, 1], "drop": [0.5, float("nan")], "heads": ["L1H0", "L2H1"],
+                           "trace": [[0.1, 0.2], [0.3]]})]
     frame = pd.concat(parts, ignore_index=True)
     assert frame["layer"].dtype == object
     layout.write_table(tmp_path / "mixed.parquet", frame)
     back = layout.read_table(tmp_path / "mixed.parquet")
     assert back["layer"].tolist() == [0, 1] and back["heads"].tolist() == ["L1H0", "L2H1"]
+    assert [list(t) for t in back["trace"]] == [[0.1, 0.2], [0.3]]  # a list column: Parquet renames its items
     # a table written before the shape held Arrow types (it held pandas dtypes) still reads
     clean = pd.DataFrame({"layer": [0, 1], "drop": [0.5, 0.25]})
     table = pa.Table.from_pandas(clean, preserve_index=False)

@@ -155,7 +155,20 @@ def _shape(table: pa.Table) -> bytes:
     """A table's row count, column names and Arrow types, as the bytes its metadata stores. Arrow's types, not
     pandas' dtypes: a column of Python ints held as `object` is written as int64 and read back as int64, so
     only the stored types describe what a reader will find."""
-    return json.dumps([table.num_rows, [[field.name, str(field.type)] for field in table.schema]]).encode()
+    return json.dumps([table.num_rows, [[field.name, _type_name(field.type)] for field in table.schema]]).encode()
+
+
+def _type_name(kind: pa.DataType) -> str:
+    """An Arrow type as text, list types without their item field's name, which Parquet renames ("item" is
+    written, "element" read back)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return f"list<{_type_name(kind.value_type)}>"
+    if pa.types.is_struct(kind):
+        return "struct<" + ", ".join(f"{kind.field(i).name}: {_type_name(kind.field(i).type)}"
+                                     for i in range(kind.num_fields)) + ">"
+    return str(kind)
 
 
 def _pandas_shape(frame: pd.DataFrame) -> bytes:
