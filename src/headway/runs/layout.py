@@ -165,9 +165,6 @@ def _type_name(kind: pa.DataType) -> str:
 
     if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
         return f"list<{_type_name(kind.value_type)}>"
-    if pa.types.is_struct(kind):
-        return "struct<" + ", ".join(f"{kind.field(i).name}: {_type_name(kind.field(i).type)}"
-                                     for i in range(kind.num_fields)) + ">"
     return str(kind)
 
 

@@ -310,12 +310,12 @@ def _draw_chunked(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixtur
 def _draw_batch(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool,
                 dense: bool) -> RetrievalBatch:
     """One vectorised step: draw the variant's arrays, encode tokens and attach the targets."""
-    drawn = draw_conditional(cfg, n, rng, mixture) if cfg.conditional else draw_plain(cfg, n, rng, mixture)
+    drawn = draw_conditional(cfg, n, rng, mixture) if cfg.conditional else draw_plain(cfg, n, rng, mixture, dense)
     chain = drawn.chain
     answer = gather(chain, drawn.depth[:, None])[:, 0]
     targets = chain[:, 1:] if cfg.curriculum == "ic" else answer[:, None]
     if dense:
-        links = drawn.whole_chain if cfg.supervision == "whole-chain" else drawn.toward_root
+        links = drawn.link_targets
         if cfg.mask_unreachable:
             from headway.tasks.retrieval.reachable_targets import unreachable_targets  # it imports this module
 

@@ -32,12 +32,12 @@ class Drawn(NamedTuple):
     depth: np.ndarray
     classes: np.ndarray | None = None
     rules: np.ndarray | None = None
-    toward_root: np.ndarray | None = None  # plain: each link's chain x_{k-1} … x_0, -1 padded, [n, links, D]
-    whole_chain: np.ndarray | None = None  # plain: each link's chain in the query's blocks x_{D-1} … x_0, [n, links, D]
+    link_targets: np.ndarray | None = None  # plain, asked for: each link's targets under its supervision, [n, links, D]
 
 
-def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool) -> Drawn:
-    """Plain variant: K chains of [left, right] links in random order, then [x_query, QUERY]."""
+def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: bool, links: bool = False) -> Drawn:
+    """Plain variant: K chains of [left, right] links in random order, then [x_query, QUERY]; with `links`, also
+    every link's targets under `cfg.supervision` (built only then: they cost a fifth of the draw)."""
     k, d = cfg.chains, cfg.hops
     symbols = random_prefixes(rng, n, cfg.vocab, cfg.n_symbols)  # chain c is columns c*(d+1) .. c*(d+1)+d
     order = statement_order(rng, n, k * d, k, d, cfg.order == "chain")
@@ -46,13 +46,22 @@ def draw_plain(cfg: RetrievalConfig, n: int, rng: np.random.Generator, mixture: 
     depth = query_hops(rng, n, d, mixture)
     chain = walk_back(symbols[:, : d + 1], depth)
     query_row = np.stack([chain[:, 0], np.full(n, cfg.vocab)], axis=1)
-    behind = np.arange(d)  # block j of link x_k holds x_{k-1-j}: j hops beyond its right side
-    reached = behind <= (order % d)[..., None]
-    toward_root = np.where(reached, gather(symbols, np.maximum(right[..., None] - behind, 0)), -1)
-    root = (order // d) * (d + 1)  # column of x_0 of each link's chain
-    whole_chain = gather(symbols, root[..., None] + d - 1 - behind)  # block j holds x_{D-1-j}, as the query's
     rows = np.concatenate([statements, query_row[:, None, :]], axis=1)
-    return Drawn(rows, statements, chain, depth, toward_root=toward_root, whole_chain=whole_chain)
+    return Drawn(rows, statements, chain, depth, link_targets=link_targets(cfg, symbols, order) if links else None)
+
+
+def link_targets(cfg: RetrievalConfig, symbols: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Each link's D target blocks [n, links, D] from the example's symbols (chain c in columns c(D+1) … c(D+1)+D)
+    and link items (`order`): under dense supervision block j of link x_k holds x_{k-1-j}, j hops beyond its right
+    side, -1 past the root; under whole-chain supervision x_{D-1-j}, the query's block j."""
+    d = cfg.hops
+    block = np.arange(d)
+    if cfg.supervision == "whole-chain":
+        root = (order // d) * (d + 1)  # column of x_0 of each link's chain
+        return gather(symbols, root[..., None] + d - 1 - block)
+    right = order + order // d
+    reached = block <= (order % d)[..., None]
+    return np.where(reached, gather(symbols, np.maximum(right[..., None] - block, 0)), -1)
 
 
 def draw_rules(rng: np.random.Generator, n: int, classes: int, relations: int) -> np.ndarray:
