@@ -1,4 +1,4 @@
-"""Training throughput of an ensemble of E small transformers, three ways, in one run.
+"""Training throughput of an ensemble of E small transformers, four ways, in one run.
 
 Ways (each trains the same E models on the same batches, from the same initial weights):
   headway  the E models as one headway ensemble, through the real trainer step
@@ -12,7 +12,8 @@ Ways (each trains the same E models on the same batches, from the same initial w
            for SDPA on the CPU and runs it as a loop, so this is that recipe's fastest form there.
 Every way draws its batches from the headway trainer's EnsembleData (instance e gets exactly the batch
 it would get alone) and uses AdamW with the run's learning rate, betas, eps and weight decay on the
-weight matrices only.
+weight matrices only. The baselines take their fastest form unless --ordinary-baselines: the final block
+at the last position only (headway's shortcut) and torch's fused AdamW.
 
 The ways alternate round by round (the order rotating each round), each round being two warm-up steps
 and --steps timed steps of every way; the median and the spread (min–max) over rounds are reported.
@@ -25,7 +26,7 @@ wall time the paper's depth grid would take at the rate headway reached at the p
 
 Run: python benchmarks/bench_training.py [--device cpu|cuda] [--shapes paper,cpu] [--ensemble-sizes 1,8,32,64]
      [--rounds N] [--steps N] [--ways headway,plain,func,func-explicit] [--precision auto|fp32|tf32|bf16]
-     [--compile auto|on|off] [--compile-baselines] [--plain-last-only]
+     [--compile auto|on|off] [--attention-kernel auto|sdpa|matmul] [--compile-baselines] [--ordinary-baselines]
 Prints markdown table rows (for benchmarks/RESULTS.md) after a header line naming the device, torch,
 threads and peaks.
 """
@@ -49,7 +50,7 @@ from torch import Tensor
 from torch.func import functional_call, stack_module_state, vmap
 from torch.utils.flop_counter import FlopCounterMode
 
-from headway.compute import COMPILE_MODES, PRECISIONS, Compiled, ComputeSettings
+from headway.compute import ATTENTION_CHOICES, COMPILE_MODES, PRECISIONS, Compiled, ComputeSettings
 from headway.runs.config import RunConfig
 from headway.train.data import EnsembleData
 from headway.train.objective import run_loss
@@ -135,10 +136,12 @@ def resolve_precision(requested: str, device: torch.device) -> str:
     return ComputeSettings(precision=requested).resolved_precision(device)
 
 
-def make_trainer(runs: list[RunConfig], device: torch.device, precision: str, compile_mode: str) -> EnsembleTrainer:
+def make_trainer(runs: list[RunConfig], device: torch.device, precision: str, compile_mode: str,
+                 attention: str = "auto") -> EnsembleTrainer:
     """A headway trainer for `runs` with the given compute settings."""
     return EnsembleTrainer(runs, RUN_DIR, device, progress=False,
-                           compute=ComputeSettings(precision=precision, compile=compile_mode))
+                           compute=ComputeSettings(precision=precision, compile=compile_mode,
+                                                   attention_kernel=attention))
 
 
 class Way:
@@ -179,10 +182,11 @@ class HeadwayWay(Way):
         return run_loss(self.trainer.task, self.trainer.cfg.loss)(self.model, tokens, targets)
 
 
-def adamw(groups: list[dict], run: RunConfig) -> torch.optim.AdamW:
-    """torch.optim.AdamW with the run's learning rate, betas and eps (weight decay set per group)."""
+def adamw(groups: list[dict], run: RunConfig, fused: bool = True) -> torch.optim.AdamW:
+    """torch.optim.AdamW with the run's learning rate, betas and eps (weight decay set per group); `fused`
+    takes torch's fused implementation (its fastest on CPU and CUDA), else torch's default one."""
     cfg = run.train
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused or None)
 
 
 def check_plain_run(run: RunConfig) -> None:
@@ -200,12 +204,13 @@ class PlainLoop(Way):
     name = "plain"
 
     def __init__(self, models: list[PlainTransformer], data: EnsembleData, run: RunConfig, precision: str,
-                 device: torch.device, compiled: bool = False) -> None:
+                 device: torch.device, compiled: bool = False, fused_adamw: bool = True) -> None:
         super().__init__()
         check_plain_run(run)
         self.models, self.data, self.precision, self.device = models, data, precision, device
         self.vocab, self.positions = run.task.vocab, run.task.train_readout_positions
-        self.optims = [adamw(decay_groups(m.named_parameters(), run.train.weight_decay), run) for m in models]
+        self.optims = [adamw(decay_groups(m.named_parameters(), run.train.weight_decay), run, fused_adamw)
+                       for m in models]
         self.loss_fn = Compiled(self.model_loss, "plain loss") if compiled else self.model_loss
 
     def model_loss(self, model: PlainTransformer, tokens: Tensor, targets: Tensor) -> Tensor:
@@ -236,7 +241,7 @@ class FuncEnsemble(Way):
     name = "func"
 
     def __init__(self, models: list[PlainTransformer], data: EnsembleData, run: RunConfig, precision: str,
-                 device: torch.device, compiled: bool = False) -> None:
+                 device: torch.device, compiled: bool = False, fused_adamw: bool = True) -> None:
         super().__init__()
         check_plain_run(run)
         self.data, self.precision, self.device = data, precision, device
@@ -244,7 +249,7 @@ class FuncEnsemble(Way):
         self.params, self.buffers = stack_module_state(models)  # copies: [E, ...] leaves that take gradients
         self.base = copy.deepcopy(models[0]).to("meta")  # structure only; weights come from self.params
         # stacked weight matrices have 3 or more dims (the instance axis first)
-        self.optim = adamw(decay_groups(self.params, run.train.weight_decay, matrix_dim=3), run)
+        self.optim = adamw(decay_groups(self.params, run.train.weight_decay, matrix_dim=3), run, fused_adamw)
         batched = vmap(self.one_loss)
         self.batched = Compiled(batched, "vmapped loss") if compiled else batched
         self.notes: set[str] = set()  # torch's warnings of the first step (e.g. ops vmap runs as a loop)
@@ -281,22 +286,24 @@ class FuncEnsemble(Way):
 
 
 def build_ways(runs: list[RunConfig], device: torch.device, names: list[str], precision: str, compile_mode: str,
-               compile_baselines: bool = False, plain_last_only: bool = False) -> dict[str, Way]:
+               compile_baselines: bool = False, ordinary: bool = False, attention: str = "auto") -> dict[str, Way]:
     """The requested ways for `runs`, all from the same initial weights and the same EnsembleData;
-    `precision` and `compile_mode` as given on the command line (the baselines run at the precision
-    headway resolves it to)."""
-    headway = HeadwayWay(make_trainer(runs, device, precision, compile_mode))
+    `precision`, `compile_mode` and `attention` as given on the command line (the baselines run at the
+    precision headway resolves it to). The baselines take their fastest form (the final block at the last
+    position only, fused AdamW) unless `ordinary` (every position, torch's default AdamW)."""
+    headway = HeadwayWay(make_trainer(runs, device, precision, compile_mode, attention))
     resolved = resolve_precision(precision, device)
     ways: dict[str, Way] = {}
     for name in names:
         if name == "headway":
             ways[name] = headway
         else:
-            attention = "explicit" if name.endswith("-explicit") else "sdpa"
-            models = [from_instance(headway.model, e, last_only=plain_last_only, attention=attention)
+            kernel = "explicit" if name.endswith("-explicit") else "sdpa"
+            models = [from_instance(headway.model, e, last_only=not ordinary, attention=kernel)
                       for e in range(len(runs))]
             kind = PlainLoop if name == "plain" else FuncEnsemble
-            ways[name] = kind(models, headway.data, runs[0], resolved, device, compile_baselines)
+            ways[name] = kind(models, headway.data, runs[0], resolved, device, compile_baselines,
+                              fused_adamw=not ordinary)
     return ways
 
 
@@ -355,15 +362,18 @@ def bench(shape: str, size: int, device: torch.device, args: argparse.Namespace,
           notes: set[str]) -> dict[str, list[float]]:
     """Seconds per round of every requested way at one shape and ensemble size; a way that fails
     (e.g. out of memory) is reported and left out of the rest of the run. Adds torch's warnings
-    about the func way to `notes`."""
+    about the func way, and the attention kernel headway used, to `notes`."""
     runs = runs_for(SHAPES[shape], size)
     try:
         ways = build_ways(runs, device, args.ways, args.precision, args.compile,
-                          args.compile_baselines, args.plain_last_only)
+                          args.compile_baselines, args.ordinary_baselines, args.attention_kernel)
     except Exception as err:  # noqa: BLE001 - report it and go on with the next size
         print(failure_row(shape, size, "setup of " + ",".join(args.ways), err), flush=True)
         release(device)
         return {}
+    if "headway" in ways:
+        notes.add(f"headway's attention kernel in training steps at the {shape} shape: "
+                  f"{ways['headway'].trainer.attention_kernel}")
     times: dict[str, list[float]] = {name: [] for name in ways}
     order = list(ways)
     for r in range(args.rounds):
@@ -379,7 +389,7 @@ def bench(shape: str, size: int, device: torch.device, args: argparse.Namespace,
                 times.pop(name)
     for way in ways.values():
         if isinstance(way, FuncEnsemble):
-            notes |= way.notes
+            notes |= {f"(torch, func way) {note}" for note in way.notes}
     del ways
     release(device)
     return times
@@ -418,8 +428,9 @@ def project_depth_grid(rate: float, size: int, flops_per_model_step: int) -> str
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
-        description="Training throughput of an ensemble of E transformers three ways: headway's ensemble trainer, "
-                    "a plain PyTorch loop over E models, and torch.func (vmap) ensembling. Prints markdown rows.",
+        description="Training throughput of an ensemble of E transformers four ways: headway's ensemble trainer, "
+                    "a plain PyTorch loop over E models, and torch.func (vmap) ensembling with SDPA or written-out "
+                    "attention. Prints markdown rows.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         epilog="Output: a header line (device, torch, threads, matmul peaks, precision, compilation), then one "
                "row per shape, E and way: steps/s (median and min–max over rounds), model-steps/s (E × steps/s), "
@@ -452,9 +463,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="headway's ComputeSettings compile mode (graphs: CUDA graphs too, CUDA only)")
     parser.add_argument("--compile-baselines", action="store_true",
                         help="also torch.compile the plain and func ways' forward and loss (else they run eagerly)")
-    parser.add_argument("--plain-last-only", action="store_true",
-                        help="plain and func models compute the final block at the last position only, as headway "
-                             "does (else every position, as an ordinary model does)")
+    parser.add_argument("--attention-kernel", choices=ATTENTION_CHOICES, default="auto",
+                        help="headway's ComputeSettings attention kernel (auto: by device and shape)")
+    parser.add_argument("--ordinary-baselines", action="store_true",
+                        help="the plain and func ways as one ordinarily writes them: every position of the final "
+                             "block computed and torch's default AdamW; by default they take their fastest form, "
+                             "the final block at the last position only (headway's shortcut) and fused AdamW")
     args = parser.parse_args(argv)
     args.shapes = [s for s in args.shapes.split(",") if s]
     args.ways = [w for w in args.ways.split(",") if w]
@@ -493,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
           + ", ".join(f"{k} {v / 1e9:.1f} GFLOP/s" for k, v in peaks.items())
           + f"; precision {precision} for every way; headway {compute}; plain and func "
           f"{'compiled' if args.compile_baselines else 'eager'}"
-          f"{', last position only in the final block' if args.plain_last_only else ''}; "
+          f"{' as ordinarily written (every position, default AdamW)' if args.ordinary_baselines else ' in their fastest form (final block at the last position only, fused AdamW)'}; "
           f"median (min–max) of {args.rounds} alternating rounds of {args.steps} steps; FLOP/s credit every way "
           f"with headway's FLOPs per model-step (FlopCounterMode), fraction of the {precision} peak", flush=True)
     print("| shape | E | way | steps/s | model-steps/s | GFLOP/s | fraction of peak |")
@@ -522,7 +536,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"| {shape} | {size} | " + " | ".join(ratio_cell(times, w) for w in others)
                   + f" | {fastest_cell(times, others)} |")
     for note in sorted(notes):
-        print(f"\nNote (torch, func way): {note}.")
+        print(f"\nNote: {note}.")
     paper = [(size, times) for (shape, size), times in results.items() if shape == "paper" and "headway" in times]
     print()
     if paper:

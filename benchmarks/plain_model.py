@@ -9,7 +9,7 @@ final LayerNorm and an unembedding with bias, read out at the last position (or 
 concatenated).
 
 `from_instance` builds one from a headway `EnsembleTransformer` instance (TransformerLens names:
-`blocks.0.attn.W_Q [H, d, dh]`, ...), so the benchmark's three ways start from the same weights.
+`blocks.0.attn.W_Q [H, d, dh]`, ...), so the benchmark's ways start from the same weights.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 # headway's GPU measurements, each step one command of under 10 minutes on one H100:
 #
 #   scripts/gpu_session.sh bench       training throughput: headway vs a plain loop vs torch.func (~8 min)
+#   scripts/gpu_session.sh attention   the attention kernels inside headway's training step, per shape (~4 min)
 #   scripts/gpu_session.sh llc         LLC sampling: headway vs devinterp 1.x (~3 min; needs devinterp)
 #   scripts/gpu_session.sh retrieval   the retrieval study at --scale gpu, one piece (exit 75: run it again)
 #   scripts/gpu_session.sh sorting     the sorting study at --scale gpu, likewise
@@ -16,12 +17,12 @@
 # devinterp for `llc`) is installed first when present.
 set -uo pipefail
 
-step=${1:?usage: scripts/gpu_session.sh bench|llc|retrieval|sorting [minutes]}
+step=${1:?usage: scripts/gpu_session.sh bench|attention|llc|retrieval|sorting [minutes]}
 minutes=${2:-9}
 case "$step" in
-bench | llc | retrieval | sorting) ;;
+bench | attention | llc | retrieval | sorting) ;;
 *)
-    echo "unknown step '$step'; choose bench, llc, retrieval or sorting" >&2
+    echo "unknown step '$step'; choose bench, attention, llc, retrieval or sorting" >&2
     exit 2
     ;;
 esac
@@ -47,6 +48,10 @@ bench)
         --rounds 3 --steps 20 --compile-baselines 2>&1 | tee -a "$out/bench_training.md"
     timeout 90 python3 benchmarks/bench_training.py --device cuda --shapes paper --ensemble-sizes 64 \
         --rounds 3 --steps 20 --ways headway --compile graphs 2>&1 | tee -a "$out/bench_training.md"
+    ;;
+attention)
+    timeout 400 python3 benchmarks/bench_attention.py --device cuda --rounds 3 --steps 10 2>&1 |
+        tee "$out/bench_attention.md"
     ;;
 llc)
     timeout 500 python3 benchmarks/bench_llc.py --device cuda --instances 8 --chains 8 --draws 200 \

@@ -73,9 +73,17 @@ def test_func_losses_equal_the_plain_loop_and_headway() -> None:
     torch.testing.assert_close(ways["func"].losses(tokens, targets), headway, atol=1e-6, rtol=1e-5)
 
 
-def test_the_three_ways_train_alike() -> None:
-    """After three steps on the same batches (AdamW, decay on weight matrices only) the losses still agree."""
-    ways = bench_training.build_ways(tiny_runs(2), torch.device("cpu"), ["headway", "plain", "func"], "fp32", "off")
+@pytest.mark.parametrize("ordinary", [False, True])
+def test_the_four_ways_train_alike(ordinary: bool) -> None:
+    """After three steps on the same batches (AdamW, decay on weight matrices only) the losses still agree,
+    with the baselines in their fastest form (last position only, fused AdamW) or as ordinarily written."""
+    names = ["headway", "plain", "func", "func-explicit"]
+    ways = bench_training.build_ways(tiny_runs(2), torch.device("cpu"), names, "fp32", "off", ordinary=ordinary)
+    for name in names[1:]:
+        optims = ways[name].optims if name == "plain" else [ways[name].optim]
+        assert all(bool(optim.defaults["fused"]) is not ordinary for optim in optims), name
+    models = ways["plain"].models
+    assert all(model.last_only is not ordinary for model in models)
     tokens, targets = ways["headway"].data.train_batch(50)
     before = ways["headway"].losses(tokens, targets)
     for way in ways.values():
@@ -83,8 +91,14 @@ def test_the_three_ways_train_alike() -> None:
             way.advance()
     after = ways["headway"].losses(tokens, targets)
     assert not torch.allclose(before, after, atol=1e-4)
-    torch.testing.assert_close(ways["plain"].losses(tokens, targets), after, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(ways["func"].losses(tokens, targets), after, atol=1e-5, rtol=1e-4)
+    for name in names[1:]:
+        torch.testing.assert_close(ways[name].losses(tokens, targets), after, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["sdpa", "matmul"])
+def test_headway_takes_the_attention_kernel_asked_for(kernel: str) -> None:
+    ways = bench_training.build_ways(tiny_runs(2), torch.device("cpu"), ["headway"], "fp32", "off", attention=kernel)
+    assert ways["headway"].model.attention_kernel == kernel
 
 
 def test_command_line_help_and_choices() -> None:
@@ -109,3 +123,29 @@ def test_baselines_follow_the_precision_headway_resolves() -> None:
     for name in ("plain", "func"):
         torch.testing.assert_close(ways[name].losses(tokens, targets), exact, atol=2e-2, rtol=2e-2)
         ways[name].advance()
+
+
+def test_the_attention_benchmark_times_both_kernels_and_names_the_auto_choice(monkeypatch) -> None:
+    import argparse
+
+    import bench_attention
+
+    tiny = dict(task="retrieval", loss="mse", vocab=12, chains=2, hops=2, layers=1, heads=2, d_model=16,
+                batch_size=8)
+    monkeypatch.setitem(bench_attention.SHAPES, "tiny", tiny)
+    row = bench_attention.bench_shape("tiny", argparse.Namespace(ensemble_size=2, rounds=2, steps=1),
+                                      torch.device("cpu"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[0] == "tiny" and cells[1] == "5" and cells[2] == "2 × 8" and cells[4] == "2"
+    assert all(float(cells[i].split()[0]) > 0 for i in (5, 6)) and cells[7].endswith("×") and cells[8] == "sdpa"  # 5 positions: below the matmul band
+
+
+def test_the_step_profile_accounts_for_the_matrix_products(capsys, monkeypatch) -> None:
+    import profile_step
+
+    monkeypatch.setattr(sys, "argv", ["profile_step.py", "--shape", "cpu", "--ensemble-size", "1", "--steps", "1",
+                                      "--top", "5"])
+    profile_step.main()
+    out = capsys.readouterr().out
+    assert "| aten::bmm |" in out or "| aten::baddbmm |" in out
+    assert "Matrix products (every op with counted FLOPs):" in out and "GFLOP/s" in out

@@ -202,6 +202,9 @@ def test_the_cli_trains_at_the_chosen_precision_and_refuses_what_the_device_cann
     assert main([*train, "--out", str(tmp_path / "bf16"), "--precision", "bf16", "--compile", "off"]) == 0
     (summary,) = (tmp_path / "bf16").glob(f"*/{layout.SUMMARY}")
     assert layout.read_json(summary)["precision"] == "bf16"
+    assert main([*train, "--out", str(tmp_path / "matmul"), "--attention-kernel", "matmul", "--compile", "off"]) == 0
+    (summary,) = (tmp_path / "matmul").glob(f"*/{layout.SUMMARY}")
+    assert layout.read_json(summary)["attention_kernel"] == "matmul"
     capsys.readouterr()
     for option, value, message in [("--precision", "tf32", "precision = 'tf32' needs a CUDA device"),
                                    ("--compile", "graphs", "compile = 'graphs' (CUDA graphs) needs a CUDA device")]:
@@ -211,3 +214,79 @@ def test_the_cli_trains_at_the_chosen_precision_and_refuses_what_the_device_cann
         assert message in err and "Traceback" not in err and not out.exists()
     assert main(["study", "sorting", "--out", str(tmp_path / "s"), "--device", "cpu", "--precision", "tf32"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err and not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("attention", ["causal", "bidirectional"])
+@pytest.mark.parametrize("readout", ["last", "all", 3])
+def test_the_attention_kernels_give_the_same_outputs_and_gradients(attention, readout):
+    from headway.model.config import ModelConfig
+    from headway.model.transformer import EnsembleTransformer
+
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=2, heads=4, d_model=32, attention=attention),
+                                           12, 9, 12, [0, 1, 2])
+    tokens = torch.randint(0, 12, (3, 6, 9), generator=torch.Generator().manual_seed(0))
+    results = {}
+    for kernel in ("sdpa", "matmul"):
+        model.use_attention_kernel(kernel)
+        assert model.attention_kernel == kernel
+        model.zero_grad()
+        out = model(tokens, readout=readout)
+        out.pow(2).sum().backward()
+        results[kernel] = (out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+    (out_a, grads_a), (out_b, grads_b) = results["sdpa"], results["matmul"]
+    assert torch.allclose(out_a, out_b, atol=1e-6)
+    for name, grad in grads_a.items():
+        assert torch.allclose(grad, grads_b[name], atol=1e-6, rtol=1e-4), name
+    # a hooked model reads the pattern on the step-by-step path, whatever the kernel
+    _, cache = model.run_with_cache(tokens, "blocks.0.attn.hook_pattern")
+    assert cache["blocks.0.attn.hook_pattern"].shape == (3, 6, 4, 9, 9)
+
+
+def test_the_attention_kernel_is_chosen_by_device_length_and_gradients_and_unknown_ones_are_refused(monkeypatch):
+    from headway.compute import MATMUL_ATTENTION_CTX
+    from headway.model.config import ModelConfig
+    from headway.model.transformer import Attention, EnsembleTransformer
+
+    auto = ComputeSettings()
+    low, high = MATMUL_ATTENTION_CTX
+    assert auto.resolved_attention_kernel(CPU, 17) == auto.resolved_attention_kernel(CPU, low) == "matmul"
+    assert auto.resolved_attention_kernel(CPU, high) == "matmul"
+    assert auto.resolved_attention_kernel(CPU, 9) == auto.resolved_attention_kernel(CPU, high + 1) == "sdpa"
+    assert auto.resolved_attention_kernel(torch.device("cuda"), 17) == "sdpa"
+    assert ComputeSettings(attention_kernel="sdpa").resolved_attention_kernel(CPU, 17) == "sdpa"
+    assert ComputeSettings(attention_kernel="matmul").resolved_attention_kernel(CPU, 500) == "matmul"
+    with pytest.raises(ConfigError, match="attention_kernel = 'flash' is unknown; choose one of auto, sdpa, matmul"):
+        ComputeSettings(attention_kernel="flash")
+    # a new model decides per pass: matmul where gradients are taken on a short CPU sequence, sdpa without them
+    calls = []
+    matmul = Attention._matmul_attention
+    monkeypatch.setattr(Attention, "_matmul_attention", lambda self, *args: calls.append(1) or matmul(self, *args))
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=8), 5, low, 5, [0])
+    assert model.attention_kernel == "auto"
+    tokens = torch.zeros(1, 3, low, dtype=torch.long)
+    with torch.no_grad():
+        model(tokens)
+    assert calls == []
+    model(tokens)
+    assert calls == [1]
+    model.use_attention_kernel("matmul")
+    with torch.no_grad():
+        model(tokens)
+    assert calls == [1, 1]
+    with pytest.raises(ConfigError, match="attention kernel = 'flash' is unknown"):
+        model.use_attention_kernel("flash")
+
+
+def test_training_with_either_kernel_gives_the_same_numbers_and_the_summary_names_it(tmp_path):
+    runs = [tiny_run(seed=s, steps=30, eval_every=10) for s in (0, 1)]
+    curves = {}
+    for kernel in ("sdpa", "matmul"):
+        trainer = EnsembleTrainer(runs, tmp_path / kernel, progress=False, compute=ComputeSettings(attention_kernel=kernel))
+        curves[kernel] = trainer.fit()
+        assert layout.read_json(tmp_path / kernel / layout.SUMMARY)["attention_kernel"] == kernel
+    assert curves["matmul"].val_loss.to_numpy() == pytest.approx(curves["sdpa"].val_loss.to_numpy(), rel=1e-4)
+    for name, tensor in final_weights(tmp_path / "sdpa").items():
+        assert torch.allclose(final_weights(tmp_path / "matmul")[name], tensor, atol=1e-5, rtol=1e-4), name
+    auto = EnsembleTrainer(runs, tmp_path / "auto", progress=False)
+    assert auto.attention_kernel == ComputeSettings().resolved_attention_kernel(CPU, runs[0].task.n_ctx)
+    assert auto.setup()[1].attention_kernel == "auto"

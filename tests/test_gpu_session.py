@@ -21,6 +21,6 @@ def test_unknown_step_is_refused_before_any_work(tmp_path: Path) -> None:
     result = subprocess.run([BASH, str(SCRIPT), "benchmark"], capture_output=True, text=True, cwd=tmp_path,
                             env={"OUT": str(out), "PATH": "/usr/bin:/bin"})
     assert result.returncode == 2
-    assert "unknown step 'benchmark'; choose bench, llc, retrieval or sorting" in result.stderr
+    assert "unknown step 'benchmark'; choose bench, attention, llc, retrieval or sorting" in result.stderr
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []

@@ -156,3 +156,19 @@ def test_top_level_names_resolve_lazily():
     light = subprocess.run([sys.executable, "-c", "import sys, headway; print('torch' in sys.modules)"],
                            capture_output=True, text=True, check=True)
     assert light.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("last_query_only", [False, True])
+def test_the_head_split_matches_a_permuted_copy_and_its_gradient_is_exact(last_query_only):
+    from headway.model.transformer import SplitHeads
+
+    qkv = torch.randn(2, 3, 5, 3, 4, 6, dtype=torch.float64, requires_grad=True)
+    q, k, v = qkv.detach().permute(3, 0, 1, 4, 2, 5).reshape(3, 6, 4, 5, 6).unbind(0)
+    expected = (q[:, :, -1:] if last_query_only else q, k, v)
+    for got, want in zip(SplitHeads.apply(qkv, last_query_only), expected):
+        assert got.shape == want.shape and torch.equal(got, want)
+    assert torch.autograd.gradcheck(lambda t: SplitHeads.apply(t, last_query_only), (qkv,))
+    SplitHeads.apply(qkv, last_query_only)[1].sum().backward()  # q and v unused: their gradients are zero
+    only_k = torch.zeros_like(qkv)
+    only_k[:, :, :, 1] = 1
+    assert torch.equal(qkv.grad, only_k)

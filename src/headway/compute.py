@@ -10,6 +10,11 @@ backward too) and the optimiser update likewise; `graphs` (CUDA only) also repla
 as CUDA graphs (`mode="reduce-overhead"`), removing the launch cost of its many small kernels. If
 compiling fails the step runs eagerly, with a warning. `auto` is `on` on CUDA and `off` on the CPU,
 where it cost 20–30 s and bought ≤ 6% (docs/performance.md).
+
+Attention kernel (`--attention-kernel`): `sdpa` computes unhooked attention with torch's fused
+`scaled_dot_product_attention`, `matmul` as two batched matrix products and a softmax; both give the
+same numbers to float rounding. `auto` picks per forward pass by device, sequence length and whether
+gradients are taken (`auto_attention_kernel`), from the measurements in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from headway.settings import check_choice
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 COMPILE_MODES = ("auto", "on", "off", "graphs")
+ATTENTION_KERNELS = ("sdpa", "matmul")
+ATTENTION_CHOICES = ("auto", *ATTENTION_KERNELS)
 if TYPE_CHECKING:  # torch loads with the first step, not when the CLI parses --precision and --compile
     import torch
 
+MATMUL_ATTENTION_CTX = (16, 40)  # sequence lengths at which the matmul kernel trained no slower on the CPU
 RECOMPILE_LIMIT = 64  # compiled graphs kept per function: one per ensemble shape of a study (torch's default: 8)
 
 
@@ -37,10 +45,19 @@ class ComputeSettings:
 
     precision: str = "auto"
     compile: str = "auto"
+    attention_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("precision", self.precision, PRECISIONS)
         check_choice("compile", self.compile, COMPILE_MODES)
+        check_choice("attention_kernel", self.attention_kernel, ATTENTION_CHOICES)
+
+    def resolved_attention_kernel(self, device: torch.device, n_ctx: int) -> str:
+        """The kernel of the training steps of a model with `n_ctx` positions on `device`: the one asked
+        for, or for `auto` the one measured faster there with gradients (`auto_attention_kernel`)."""
+        if self.attention_kernel != "auto":
+            return self.attention_kernel
+        return auto_attention_kernel(device, n_ctx, with_grad=True)
 
     def resolved_precision(self, device: torch.device) -> str:
         """fp32, tf32 or bf16 on `device`; tf32 is refused off CUDA, and bf16 on a CPU that only
@@ -68,6 +85,16 @@ class ComputeSettings:
     def describe(self, device: torch.device) -> dict[str, str]:
         """The settings as they apply on `device`, for a run's summary."""
         return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}
+
+
+def auto_attention_kernel(device: torch.device, n_ctx: int, with_grad: bool) -> str:
+    """The faster kernel where it was measured (docs/performance.md, "Attention kernel"): the matmul kernel
+    for a pass that takes gradients on the CPU with MATMUL_ATTENTION_CTX positions (17–33 measured 1.00–1.06×
+    the fused kernel's speed); sdpa for passes without gradients, shorter and longer sequences and CUDA."""
+    low, high = MATMUL_ATTENTION_CTX
+    if with_grad and device.type == "cpu" and low <= n_ctx <= high:
+        return "matmul"
+    return "sdpa"
 
 
 def cpu_has_bf16_matmul() -> bool:

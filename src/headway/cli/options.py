@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from headway.compute import COMPILE_MODES, PRECISIONS, ComputeSettings
+from headway.compute import ATTENTION_CHOICES, COMPILE_MODES, PRECISIONS, ComputeSettings
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
 from headway.limits import MAX_LIST
@@ -238,7 +238,7 @@ def pop_executor(values: dict[str, Any]) -> Executor:
 
 
 def compute_params() -> list[click.Option]:
-    """How each step is computed: `--precision` and `--compile` (`headway.compute`)."""
+    """How each step is computed: `--precision`, `--compile` and `--attention-kernel` (`headway.compute`)."""
     return [
         click.Option(["--precision"], type=click.Choice(PRECISIONS), default="auto", show_default=True,
                      help="Training, evaluation and LLC sampling: fp32, tf32 (CUDA matmuls), bf16 autocast, or auto "
@@ -246,6 +246,10 @@ def compute_params() -> list[click.Option]:
         click.Option(["--compile"], type=click.Choice(COMPILE_MODES), default="auto", show_default=True,
                      help="torch.compile the training step: on, off, graphs (also CUDA graphs; CUDA only) or auto "
                           "(on for CUDA only); falls back to eager with a warning if compiling fails."),
+        click.Option(["--attention-kernel"], type=click.Choice(ATTENTION_CHOICES), default="auto", show_default=True,
+                     help="Attention kernel: sdpa (torch's fused kernel), matmul (two batched matrix products and "
+                          "a softmax; the same numbers to float rounding) or auto (per pass, the faster one measured "
+                          "for the device, sequence length and whether gradients are taken; docs/performance.md)."),
     ]
 
 
@@ -254,7 +258,8 @@ compute_options = options_decorator(compute_params)
 
 def pop_compute(values: dict[str, Any]) -> ComputeSettings:
     """The compute settings the compute options in `values` describe (they are removed from `values`)."""
-    return ComputeSettings(precision=values.pop("precision"), compile=values.pop("compile"))
+    return ComputeSettings(precision=values.pop("precision"), compile=values.pop("compile"),
+                           attention_kernel=values.pop("attention_kernel"))
 
 
 def check_compute(compute: ComputeSettings, executor: Executor, device: str) -> None:

@@ -17,10 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from headway.compute import ATTENTION_CHOICES, auto_attention_kernel
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
 from headway.model.hooks import Hook, HookDispatch, HookedModule, NamesFilter, filter_names, name_hook_points
-from headway.settings import is_integer
+from headway.settings import check_choice, is_integer
 
 if TYPE_CHECKING:
     from headway.model.single import SingleModel
@@ -54,6 +55,35 @@ class LayerNorm(HookedModule):
         return torch.addcmul(self.b.view(shape), x, self.w.view(shape))
 
 
+class SplitHeads(torch.autograd.Function):
+    """q, k, v as [E·B, H, S, dh] (q at the last position only with `last_query_only`) out of the projection's
+    [E, B, S, 3, H, dh]: strided views, which the fused kernel reads and the matmul kernel copies once;
+    the backward writes their gradients straight back into the projection's layout in one pass, where
+    torch would stack them and then copy the permuted stack again."""
+
+    @staticmethod
+    def forward(ctx, qkv: Tensor, last_query_only: bool) -> tuple[Tensor, Tensor, Tensor]:
+        e, b, _, _, h, dh = qkv.shape
+        q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each [E, B, H, S, dh], strided
+        if last_query_only:
+            q = q[:, :, :, -1:]
+        ctx.shape, ctx.last_query_only = qkv.shape, last_query_only
+        return tuple(t.reshape(e * b, h, t.shape[3], dh) for t in (q, k, v))
+
+    @staticmethod
+    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor, None]:
+        grad = next(g for g in grads if g is not None).new_empty(ctx.shape)
+        for part, (into, given) in enumerate(zip(grad.permute(3, 0, 1, 4, 2, 5).unbind(0), grads)):
+            if part == 0 and ctx.last_query_only:
+                into[:, :, :, :-1].zero_()
+                into = into[:, :, :, -1:]
+            if given is None:
+                into.zero_()
+            else:
+                into.copy_(given.view(into.shape))
+        return grad, None
+
+
 class Attention(HookedModule):
     """Multi-head attention for E instances; causal or bidirectional."""
 
@@ -69,6 +99,10 @@ class Attention(HookedModule):
         self.b_O = _param(n, d)
         mask = torch.ones(n_ctx, n_ctx, dtype=torch.bool).tril() if self.causal else None
         self.register_buffer("mask", mask, persistent=False)
+        # the causal mask as an additive bias for the matmul kernel: 0 on and below the diagonal, -inf above
+        bias = torch.zeros(n_ctx, n_ctx).masked_fill(~mask, float("-inf")) if self.causal else None
+        self.register_buffer("mask_bias", bias, persistent=False)
+        self.kernel = "auto"  # how attention is computed when nothing inside it is hooked (ATTENTION_CHOICES)
 
     def hook_points(self) -> tuple[str, ...]:
         return (*self.INSIDE, "hook_z")
@@ -82,12 +116,17 @@ class Attention(HookedModule):
         qkv = torch.baddbmm(b_qkv, x.reshape(e, b * s, d), w_qkv).view(e, b, s, 3, h, dh)
         if run.wants(self.hook[name] for name in self.INSIDE):
             z = self._explicit(qkv, run)
-        else:  # fused kernel: same numbers to ~1e-6, several times faster for short sequences
-            # one contiguous copy up front is cheaper than the kernel reading strided q, k, v
-            q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).reshape(3, e * b, h, s, dh).contiguous().unbind(0)
-            if last_query_only:  # the last position sees every key, causal or not
-                q = q[:, :, -1:]
-            z = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal and not last_query_only)
+        else:
+            # with the last query only, the last position sees every key, causal or not
+            q, k, v = SplitHeads.apply(qkv, last_query_only)
+            causal = self.causal and not last_query_only
+            kernel = self.kernel
+            if kernel == "auto":
+                kernel = auto_attention_kernel(x.device, s, torch.is_grad_enabled())
+            if kernel == "sdpa":
+                z = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            else:
+                z = self._matmul_attention(q, k, v, causal)
             z = z.view(e, b, h, q.shape[2], dh).transpose(2, 3)  # [E, B, S or 1, H, dh]
         z = run(self.hook["hook_z"], z)
         positions = z.shape[2]
@@ -95,6 +134,19 @@ class Attention(HookedModule):
             self.b_O.unsqueeze(1), z.reshape(e, b * positions, h * dh), self.W_O.reshape(e, h * dh, d)
         )
         return out.view(e, b, positions, d)
+
+    def _matmul_attention(self, q: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+        """Attention [N, H, Sq, dh] of q [N, H, Sq, dh] over k, v [N, H, S, dh] as two batched matrix
+        products and a softmax, the causal mask added inside the first product (`causal` needs Sq = S)."""
+        n, h, sq, dh = q.shape
+        s = k.shape[2]
+        q, k, v = q.reshape(n * h, sq, dh), k.reshape(n * h, s, dh), v.reshape(n * h, s, dh)
+        scale = 1.0 / math.sqrt(dh)
+        if causal:
+            scores = torch.baddbmm(self.mask_bias[:s, :s], q, k.transpose(1, 2), alpha=scale)
+        else:
+            scores = torch.bmm(q * scale, k.transpose(1, 2))
+        return torch.bmm(torch.softmax(scores, dim=-1), v).view(n, h, sq, dh)
 
     def _explicit(self, qkv: Tensor, run: HookDispatch) -> Tensor:
         """Attention step by step, so hooks can read or replace q, k, v, scores and pattern."""
@@ -250,6 +302,19 @@ class EnsembleTransformer(HookedModule):
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
+    @property
+    def attention_kernel(self) -> str:
+        """How unhooked attention is computed: 'sdpa' (torch's fused kernel), 'matmul' (two batched matrix
+        products and a softmax; the same numbers to float rounding) or, for a new model, 'auto' (per pass,
+        `headway.compute.auto_attention_kernel`: by device, sequence length and whether gradients are taken)."""
+        return self.blocks[0].attn.kernel if len(self.blocks) else "auto"
+
+    def use_attention_kernel(self, kernel: str) -> None:
+        """Compute unhooked attention with `kernel` (one of ATTENTION_CHOICES) from now on."""
+        check_choice("attention kernel", kernel, ATTENTION_CHOICES)
+        for block in self.blocks:
+            block.attn.kernel = kernel
+
     def run_with_cache(self, tokens: Tensor, names: NamesFilter = None,
                        readout: str | int = "last") -> tuple[Tensor, dict[str, Tensor]]:
         """Forward that also returns the named activations: all hook points by default, or those `names`
@@ -295,6 +360,7 @@ class EnsembleTransformer(HookedModule):
                              f"0..{self.n_instances - 1}")
         one = EnsembleTransformer(self.cfg, self.d_vocab, self.n_ctx, self.d_out, 1, self.embed.W_E.device)
         one.load_instances({name: param.detach() for name, param in self.named_parameters()}, [int(index)])
+        one.use_attention_kernel(self.attention_kernel)
         return SingleModel(one)
 
     def instance_state(self, index: int) -> dict[str, Tensor]:

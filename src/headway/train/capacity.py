@@ -64,11 +64,12 @@ def probe_runs(run: RunConfig, size: int, shared_data: bool) -> list[RunConfig]:
             for i in range(size)]
 
 
-def one_step(runs: list[RunConfig], device: torch.device, precision: str) -> None:
+def one_step(runs: list[RunConfig], device: torch.device, precision: str, attention_kernel: str = "auto") -> None:
     """What an ensemble of `runs` holds at its peak: setup, one training step, one evaluation chunk."""
     with tempfile.TemporaryDirectory() as folder:
         trainer = EnsembleTrainer(runs, folder, device, progress=False,
-                                  compute=ComputeSettings(precision=precision, compile="off"))
+                                  compute=ComputeSettings(precision=precision, compile="off",
+                                                          attention_kernel=attention_kernel))
         data, model, optim, state = trainer.setup()
         trainer.train_step(model, data, optim, state, 0)
         tokens, targets = data.val_tokens[:, :EVAL_CHUNK], data.val_targets[:, :EVAL_CHUNK]
@@ -80,12 +81,14 @@ def training_footprint(run: RunConfig, device: torch.device | str, shared_data: 
                        compute: ComputeSettings | None = None) -> Footprint:
     """Measured peak bytes of training an ensemble of E runs of `run`'s shape on `device`, as base +
     per_instance·E; members share one data seed when `shared_data` (else each has its own pool).
-    Measured once per shape, data sharing, precision and device in this process."""
+    Measured once per shape, data sharing, precision, attention kernel and device in this process."""
     device = torch.device(device)
-    precision = (compute or ComputeSettings()).resolved_precision(device)
-    key = (json.dumps(run.ensemble_key(), sort_keys=True), str(device), shared_data, precision)
+    compute = compute or ComputeSettings()
+    precision = compute.resolved_precision(device)
+    key = (json.dumps(run.ensemble_key(), sort_keys=True), str(device), shared_data, precision, compute.attention_kernel)
     if key not in _footprints:
-        peaks = [peak_bytes(lambda size=size: one_step(probe_runs(run, size, shared_data), device, precision), device)
+        peaks = [peak_bytes(lambda size=size: one_step(probe_runs(run, size, shared_data), device, precision,
+                                                       compute.attention_kernel), device)
                  for size in PROBE_SIZES]
         _footprints[key] = fit_footprint(list(PROBE_SIZES), peaks)
     return _footprints[key]

@@ -97,6 +97,7 @@ class EnsembleTrainer:
         self.compute = compute or ComputeSettings()
         self.precision = self.compute.resolved_precision(self.device)
         mode = self.compute.compile_mode(self.device)
+        self.attention_kernel = self.compute.resolved_attention_kernel(self.device, self.task.n_ctx)  # of the steps
         self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), mode, "training loss")
         self.update_mode = None if mode is None else "default"  # in-place updates gain nothing from CUDA graphs
         self.deadline = deadline
@@ -167,6 +168,7 @@ class EnsembleTrainer:
         cfg, n = self.cfg, len(self.runs)
         data = EnsembleData(self.runs, self.device)
         model = build_model(self.runs, self.device)
+        model.use_attention_kernel(self.compute.attention_kernel)  # `auto` decides per pass (evaluation: no gradients)
         flat = model.flat
         optim = EnsembleAdam(
             flat,
@@ -260,5 +262,6 @@ class EnsembleTrainer:
             runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
-            "device": str(self.device), **self.compute.describe(self.device), "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
+            "device": str(self.device), **self.compute.describe(self.device),
+            "attention_kernel": self.attention_kernel, "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
             "runs": runs})
