@@ -58,30 +58,32 @@ class LayerNorm(HookedModule):
 class SplitHeads(torch.autograd.Function):
     """q, k, v as [E·B, H, S, dh] (q at the last position only with `last_query_only`) out of the projection's
     [E, B, S, 3, H, dh]: strided views, which the fused kernel reads and the matmul kernel copies once;
-    the backward writes their gradients straight back into the projection's layout in one pass, where
-    torch would stack them and then copy the permuted stack again."""
+    the backward stacks their gradients straight into the projection's layout in one pass, where torch
+    would stack them and then copy the permuted stack again. Written with setup_context and a generated
+    vmap rule, so torch.func can batch it (an LLC estimate of a plain module wrapping a headway model)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, qkv: Tensor, last_query_only: bool) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(qkv: Tensor, last_query_only: bool) -> tuple[Tensor, Tensor, Tensor]:
         e, b, _, _, h, dh = qkv.shape
         q, k, v = qkv.permute(3, 0, 1, 4, 2, 5).unbind(0)  # each [E, B, H, S, dh], strided
         if last_query_only:
             q = q[:, :, :, -1:]
-        ctx.shape, ctx.last_query_only = qkv.shape, last_query_only
         return tuple(t.reshape(e * b, h, t.shape[3], dh) for t in (q, k, v))
 
     @staticmethod
-    def backward(ctx, *grads: Tensor | None) -> tuple[Tensor, None]:
-        grad = next(g for g in grads if g is not None).new_empty(ctx.shape)
-        for part, (into, given) in enumerate(zip(grad.permute(3, 0, 1, 4, 2, 5).unbind(0), grads)):
-            if part == 0 and ctx.last_query_only:
-                into[:, :, :, :-1].zero_()
-                into = into[:, :, :, -1:]
-            if given is None:
-                into.zero_()
-            else:
-                into.copy_(given.view(into.shape))
-        return grad, None
+    def setup_context(ctx, inputs: tuple[Tensor, bool], output: tuple[Tensor, Tensor, Tensor]) -> None:
+        qkv, last_query_only = inputs
+        ctx.shape, ctx.last_query_only = qkv.shape, last_query_only
+
+    @staticmethod
+    def backward(ctx, grad_q: Tensor, grad_k: Tensor, grad_v: Tensor) -> tuple[Tensor, None]:
+        e, b, s, _, h, dh = ctx.shape
+        grad_q, grad_k, grad_v = (g.reshape(e, b, h, -1, dh) for g in (grad_q, grad_k, grad_v))
+        if ctx.last_query_only:  # the other positions' queries were not used
+            grad_q = F.pad(grad_q, (0, 0, s - 1, 0))
+        return torch.stack([g.permute(0, 1, 3, 2, 4) for g in (grad_q, grad_k, grad_v)], dim=3), None
 
 
 class Attention(HookedModule):
