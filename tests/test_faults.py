@@ -183,6 +183,32 @@ def test_a_stop_during_start_up_ends_with_one_line(signum, tmp_path):
                         "run the same command again to continue") or " at step " in lines[0], err
 
 
+SELF_STOPPING = {
+    # A command whose body is a string run by `exec`, as dataclasses build their methods while torch loads.
+    "in_exec.py": "import click\n\n\n@click.command()\ndef stop():\n"
+                  "    exec('import os, signal, time\\nos.kill(os.getpid(), signal.SIGINT)\\ntime.sleep(30)')\n",
+    # A module whose import swallows every exception with a bare `except:` (dill's does) and fails otherwise.
+    "in_import.py": "import os, signal, time\ntry:\n    os.kill(os.getpid(), signal.SIGINT)\n    time.sleep(30)\n"
+                    "except:\n    raise ImportError('a module the bare except looked for')\n",
+    "runner.py": "import sys\nfrom headway.cli import main as cli\n"
+                 "cli.COMMANDS['stop'] = ('in_exec:stop', 'stops itself')\n"
+                 "if sys.argv[1] == 'import':\n    with cli.stop_signals():\n        import in_import\n"
+                 "sys.exit(cli.main(['stop']))\n",
+}
+
+
+@pytest.mark.parametrize("where", ["exec", "import"])
+def test_a_ctrl_c_inside_exec_or_an_import_still_ends_with_its_line_and_status(where, tmp_path):
+    """The two ways Ctrl-C at start-up once ended otherwise (`python -m`, as the test above runs headway): caught
+    inside an `exec` of a string, CPython still ended the process by SIGINT; inside an import with a bare
+    `except:`, it became an ImportError and a traceback."""
+    for name, text in SELF_STOPPING.items():
+        (tmp_path / name).write_text(text)
+    done = subprocess.run([sys.executable, "-m", "runner", where], cwd=tmp_path, env=ENV, capture_output=True,
+                          text=True, timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 130 and done.stderr.strip() == "headway: aborted", (done.returncode, done.stderr)
+
+
 # --- a full disk, and pieces gone --------------------------------------------------------------------------
 
 

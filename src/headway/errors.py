@@ -17,8 +17,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class Stopped(KeyboardInterrupt):
-    """A stop signal a scheduler sends before it preempts (SIGTERM, SIGHUP), raised where Ctrl-C raises
-    KeyboardInterrupt, so that it stops the same way: what is saved is kept and the same command resumes."""
+    """A stop signal (Ctrl-C's SIGINT, or SIGTERM, SIGHUP that a scheduler sends before it preempts) raised as a
+    KeyboardInterrupt, so that every signal stops the same way: what is saved is kept and the same command
+    resumes."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -28,6 +29,11 @@ class Stopped(KeyboardInterrupt):
     def status(self) -> int:
         """The exit status: 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP)."""
         return 128 + self.signum
+
+
+def stop_signal(stop: KeyboardInterrupt) -> int:
+    """The signal behind a stop: its own for `Stopped`, SIGINT for a bare KeyboardInterrupt."""
+    return stop.signum if isinstance(stop, Stopped) else signal.SIGINT
 
 
 class Interrupted(Exception):

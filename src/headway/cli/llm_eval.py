@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from headway.cli.options import OutputPath, question_options, question_set
-from headway.errors import INTERRUPT_EXIT, Stopped
+from headway.errors import stop_signal
 from headway.limits import MAX_REPLY_TOKENS
 from headway.llm.backend import BACKENDS
 from headway.llm.scoring import SCORINGS
@@ -70,10 +70,11 @@ def llm_eval(ctx: click.Context, model: str | None, backend: str, formulations: 
     try:
         result = run_llm_eval(spec, settings, out, scoring=scoring, max_tokens=max_tokens, show_progress=progress)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM / SIGHUP (`Stopped`)
-        how = f"stopped by {signal.Signals(stop.signum).name}" if isinstance(stop, Stopped) else "interrupted"
+        signum = stop_signal(stop)
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         click.echo(f"headway: {how}; answers so far are cached in {out / 'cache.sqlite'}; "
                    f"run the same command again to resume", err=True)
-        raise click.exceptions.Exit(stop.status if isinstance(stop, Stopped) else INTERRUPT_EXIT) from None
+        raise click.exceptions.Exit(128 + signum) from None
     meta = result.meta
     click.echo(f"{meta['questions']} questions in {meta['seconds']} s ({meta['cache_hits']} answers from the cache); "
                f"report: {out / 'report.html'}", err=True)

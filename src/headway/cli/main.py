@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import click
 
 from headway.errors import (INTERRUPT_EXIT, IO_EXIT, STOP_SIGNALS, TIME_LIMIT_EXIT, ConfigError, Interrupted,
-                            JobsFailed, Stopped)
+                            JobsFailed, Stopped, stop_signal)
 
 __all__ = ["IO_EXIT", "TIME_LIMIT_EXIT", "cli", "main"]
 
@@ -63,21 +64,47 @@ def cli() -> None:
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """While the block runs, SIGTERM and SIGHUP raise `Stopped` wherever Ctrl-C would raise KeyboardInterrupt
-    (training handles all three itself and saves first); on the main thread only, as Python requires."""
+    """While the block runs, Ctrl-C, SIGTERM and SIGHUP raise `Stopped` (training handles all three itself and
+    saves first); on the main thread only, as Python requires. A SIGINT that the parent ignores stays ignored.
+
+    Ctrl-C raises `Stopped`, not Python's own KeyboardInterrupt: CPython marks a bare KeyboardInterrupt raised
+    inside `exec` of a string (dataclasses build their methods so) as unhandled, and `python -m` then ends by
+    SIGINT even after `main` caught it. A stop that lands while a module is being imported ends the process at
+    once with its line and status: nothing is being saved then, and an import's bare `except:` (dill has one)
+    would turn the exception into an unrelated ImportError."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def stop(signum: int, frame: object) -> None:
+        if _importing():
+            click.echo(_stop_line(signum), err=True)
+            sys.stderr.flush()
+            os._exit(128 + signum)
         raise Stopped(signum)
 
-    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS if signum != signal.SIGINT}
+    ours = [signum for signum in STOP_SIGNALS
+            if signum != signal.SIGINT or signal.getsignal(signum) is signal.default_int_handler]
+    previous = {signum: signal.signal(signum, stop) for signum in ours}
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _importing() -> bool:
+    """Whether some module's body is running now (importlib flags its spec while it executes)."""
+    return any(getattr(getattr(module, "__spec__", None), "_initializing", False)
+               for module in list(sys.modules.values()))
+
+
+def _stop_line(signum: int) -> str:
+    """The one line a stop outside training prints."""
+    if signum == signal.SIGINT:
+        return "headway: aborted"
+    return (f"headway: stopped by {signal.Signals(signum).name}; everything saved so far is kept, run the same "
+            "command again to continue")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,13 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stop_signals():
             return _run(sys.argv[1:] if argv is None else list(argv))
-    except Stopped as stop:
-        click.echo(f"headway: stopped by {signal.Signals(stop.signum).name}; everything saved so far is kept, run "
-                   "the same command again to continue", err=True)
-        return stop.status
-    except KeyboardInterrupt:  # Ctrl-C outside training, start-up included
-        click.echo("headway: aborted", err=True)
-        return INTERRUPT_EXIT
+    except KeyboardInterrupt as stop:  # a stop outside training, start-up included
+        signum = stop_signal(stop)
+        click.echo(_stop_line(signum), err=True)
+        return 128 + signum
 
 
 def _run(args: list[str]) -> int:

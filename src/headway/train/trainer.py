@@ -182,7 +182,7 @@ class EnsembleTrainer:
     def _request_stop(self, signum: int, frame) -> None:
         """The first Ctrl-C, SIGTERM or SIGHUP lets the step finish and saves; a second stops at once, unsaved."""
         if self._stop_signal is not None:
-            raise KeyboardInterrupt if signum == signal.SIGINT else Stopped(signum)
+            raise Stopped(signum)
         self._stop_signal = signum
 
     def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: TrainerState, step: int) -> None:
