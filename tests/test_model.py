@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from headway.analysis.ablation import KINDS, ablation_hooks, head_outputs, mean_outputs
 from headway.model.config import ModelConfig
+from headway.model.hooks import positionwise
 from headway.model.transformer import EnsembleTransformer
 
 CFG = ModelConfig(layers=2, heads=4, d_model=32)
@@ -135,12 +137,55 @@ def test_last_position_shortcut_matches_the_full_computation(cfg):
     fast.pow(2).sum().backward()
     fast_grad = model.flat.grad.clone()
     model.flat.zero_grad()
-    # any hook turns the shortcut off: every position of every block is computed
-    full = model(tok, hooks={"hook_embed": lambda t, name: None})
+    # a read-out of the last k positions (here k = 1) computes every position of every block
+    full = model(tok, readout=1)[:, :, 0]
     full.pow(2).sum().backward()
     assert torch.allclose(fast, full, atol=1e-5)
     assert torch.allclose(fast_grad, model.flat.grad, atol=1e-5)
     assert torch.allclose(model(tok, readout="all")[:, :, -1], fast, atol=1e-5)
+
+
+def test_the_final_block_computes_the_last_position_alone_unless_a_hook_there_needs_the_others():
+    """Hooks before the final block, at its input, or marked positionwise keep the last-position shortcut
+    (the marked hook then sees one position); any other hook in the final block, or one inside its attention,
+    makes it compute every position."""
+    model = make([0, 1])
+    z, final = model.hook_name("attn.hook_z", 1), model.hook_name("hook_mlp_out", 1)
+    seen: dict[str, int] = {}
+
+    def record(tensor, name):
+        seen[name] = tensor.shape[2]
+
+    def runs(hooks):
+        seen.clear()
+        model(tokens(2), hooks=hooks)
+        return dict(seen)
+
+    tail = positionwise(record)
+    assert runs({z: tail}) == {z: 1}
+    assert runs({z: record}) == {z: N_CTX}
+    for other in ("blocks.0.hook_resid_post", "blocks.1.hook_resid_pre", "blocks.1.ln1.hook_normalized"):
+        assert runs({z: tail, other: record})[z] == 1, other
+    for other in (final, "blocks.1.attn.hook_pattern"):
+        assert runs({z: tail, other: record})[z] == N_CTX, other
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("where", ["everywhere", "some positions"])
+def test_ablations_on_the_last_position_alone_give_the_full_computations_answers(kind, where):
+    """Head ablation and patching hooks act position by position, so the shortcut's final block (the read-out
+    position alone) gives the same outputs as computing every position."""
+    model = make([0, 1, 2])
+    tok = tokens(3, b=6)
+    source = {"zero": None, "mean": mean_outputs(model, tok), "resample": head_outputs(model, tok.roll(1, dims=1)),
+              "patch": head_outputs(model, tokens(3, b=6, seed=1))}[kind]
+    mask = torch.zeros(3, 2, 4, dtype=torch.bool)
+    mask[0, 1, 2] = mask[1, :, 0] = mask[2, 0, 3] = True  # the final layer's heads in two instances
+    positions = None if where == "everywhere" else torch.arange(N_CTX) % 2 == 0
+    hooks = ablation_hooks(model, mask, kind, source, positions)
+    with torch.no_grad():
+        assert torch.allclose(model(tok, hooks=hooks), model(tok, hooks=hooks, readout=1)[:, :, 0], atol=1e-5)
+        assert not torch.allclose(model(tok, hooks=hooks), model(tok), atol=1e-3)
 
 
 def test_top_level_names_resolve_lazily():

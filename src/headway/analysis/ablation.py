@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from headway.errors import ConfigError
-from headway.model.hooks import Hook
+from headway.model.hooks import Hook, positionwise
 from headway.model.transformer import EnsembleTransformer
 
 KINDS = ("zero", "mean", "resample", "patch")
@@ -90,13 +90,15 @@ def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str, source: 
 
 def _replace(heads: Tensor, source: Tensor | None, where: Tensor | None = None) -> Hook:
     """A hook_z hook setting the heads [E, H] to `source` (zero when None), at the positions `where`
-    ([1, 1, S, 1, 1] bool) when given, else everywhere."""
+    ([1, 1, S, 1, 1] bool) when given, else everywhere. Position by position, so a z of the last P positions
+    (the final layer's, when only the read-out position is computed) takes the last P of `source` and `where`."""
     select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
     if where is not None:
         select = select & where
 
     def replace(z: Tensor, name: str) -> Tensor:
-        value = torch.zeros((), dtype=z.dtype, device=z.device) if source is None else source.to(z.dtype)
-        return torch.where(select, value, z)
+        tail = z.shape[2]
+        value = torch.zeros((), dtype=z.dtype, device=z.device) if source is None else source[:, :, -tail:].to(z.dtype)
+        return torch.where(select[:, :, -tail:], value, z)
 
-    return replace
+    return positionwise(replace)

@@ -18,6 +18,22 @@ Hook = Callable[[Tensor, str], Tensor | None]
 NamesFilter = str | Iterable[str] | Callable[[str], bool] | None
 
 
+def positionwise(hook: Hook) -> Hook:
+    """`hook` marked as acting on each position alone, aligned to the sequence's end (so it accepts the last P
+    positions of its point): the model may then run a hooked final block on the read-out position only."""
+
+    def marked(tensor: Tensor, name: str) -> Tensor | None:
+        return hook(tensor, name)
+
+    marked.positionwise = True  # type: ignore[attr-defined]
+    return marked
+
+
+def is_positionwise(hook: Hook) -> bool:
+    """Whether `hook` was marked by `positionwise`."""
+    return getattr(hook, "positionwise", False)
+
+
 class HookDispatch:
     """The hooks of one forward call: `dispatch(name, tensor)` returns the tensor, replaced when
     the hook registered under `name` returned one."""

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from headway.compute import ATTENTION_CHOICES, auto_attention_kernel
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
-from headway.model.hooks import Hook, HookDispatch, HookedModule, NamesFilter, filter_names, name_hook_points
+from headway.model.hooks import (Hook, HookDispatch, HookedModule, NamesFilter, filter_names, is_positionwise,
+                                 name_hook_points)
 from headway.settings import check_choice, is_integer
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ class EnsembleTransformer(HookedModule):
         self.flat = FlatParameters(self, n_instances)
         self._hook_names = name_hook_points(self)
         self._hook_set = frozenset(self._hook_names)
+        self._tail_points, self._all_position_points = self._final_block_points()
 
     @classmethod
     def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
@@ -293,9 +295,9 @@ class EnsembleTransformer(HookedModule):
         x = x + run(self.hook["hook_pos_embed"], self.pos_embed.W_pos[:, None, :s, :])
         if readout not in ("last", "all") and not (isinstance(readout, int) and 1 <= readout <= s):
             raise ValueError(f"readout = {readout!r}; choose 'last', 'all' or a number of last positions 1..{s}")
-        # With nothing hooked and only the last position read out, the final block need not
-        # compute the other positions (a third or more of a small model's work).
-        shortcut = readout == "last" and not hooks
+        # With only the last position read out, the final block need not compute the other positions (a third
+        # or more of a small model's work), unless a hook there needs them.
+        shortcut = readout == "last" and self._tail_suffices(hooks)
         for i, block in enumerate(self.blocks):
             x = block(x, run, last_only=shortcut and i == len(self.blocks) - 1)
         if readout != "all":
@@ -303,6 +305,27 @@ class EnsembleTransformer(HookedModule):
         x = self.ln_final(x, run)
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
+
+    def _final_block_points(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The final block's hook points that see the last position alone when it computes only that one (its
+        input and first LayerNorm still see every position, which its keys and values need), and those inside
+        its attention, whose hooks need every query."""
+        if not self.blocks:
+            return frozenset(), frozenset()
+        final = self.blocks[-1]
+        at_input = {final.hook["hook_resid_pre"], *final.ln1.hook.values()}
+        inside = frozenset(final.attn.hook[name] for name in final.attn.INSIDE)
+        final_points = {name for module in final.modules() if isinstance(module, HookedModule)
+                        for name in module.hook.values()}
+        return frozenset(final_points - at_input - inside), inside
+
+    def _tail_suffices(self, hooks: Mapping[str, Hook] | None) -> bool:
+        """Whether the final block may compute the last position alone under `hooks`: none inside its attention,
+        and every one on its other points `positionwise`."""
+        if not hooks:
+            return True
+        return not any(name in self._all_position_points or (name in self._tail_points and not is_positionwise(hook))
+                       for name, hook in hooks.items())
 
     @property
     def attention_kernel(self) -> str:
