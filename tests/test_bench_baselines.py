@@ -1,6 +1,7 @@
 """The training benchmark's baselines compute what headway computes: the plain model matches a headway
 instance, and the plain loop, torch.func ensembling and the headway trainer agree on losses and updates."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -149,3 +150,21 @@ def test_the_step_profile_accounts_for_the_matrix_products(capsys, monkeypatch) 
     out = capsys.readouterr().out
     assert "| aten::bmm |" in out or "| aten::baddbmm |" in out
     assert "Matrix products (every op with counted FLOPs):" in out and "GFLOP/s" in out
+
+
+def test_the_step_profile_by_shape_lists_every_batched_product_with_its_rate_alone(capsys, monkeypatch) -> None:
+    """--by-shape: one row per product shape with its calls, time and rates in the step and alone, and the
+    products' total as run and at the alone rates."""
+    import profile_step
+
+    monkeypatch.setattr(sys, "argv", ["profile_step.py", "--shape", "cpu", "--ensemble-size", "1", "--steps", "1",
+                                      "--top", "5", "--by-shape"])
+    profile_step.main()
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith(("| aten::bmm | [", "| aten::baddbmm | ["))]
+    assert len(rows) >= 5
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert "×" in cells[1] and float(cells[3]) > 0 and float(cells[4]) > 0 and float(cells[5]) > 0
+    floor = re.search(r"Batched products: ([\d.]+) ms per step as run here \(shapes recorded\); ([\d.]+) ms", out)
+    assert floor and float(floor.group(1)) > 0 and float(floor.group(2)) > 0
