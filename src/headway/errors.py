@@ -25,11 +25,6 @@ class Stopped(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
-    @property
-    def status(self) -> int:
-        """The exit status: 128 + the signal's number (143 for SIGTERM, 129 for SIGHUP)."""
-        return 128 + self.signum
-
 
 def stop_signal(stop: KeyboardInterrupt) -> int:
     """The signal behind a stop: its own for `Stopped`, SIGINT for a bare KeyboardInterrupt."""
