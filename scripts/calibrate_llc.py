@@ -19,8 +19,7 @@ import pandas as pd
 import torch
 
 from headway.analysis.sgld_calibration import calibrate_sgld, choose_setting
-from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.store import load_model, load_runs
 from headway.studies.llc_trace import training_pool
 from headway.studies.sorting.plan import study_plan
@@ -60,7 +59,7 @@ def main() -> None:
     base = study_plan(args.scale).sgld
     started, parts = time.perf_counter(), []
     for step in pick_steps(checkpoint_steps(args.run_dir), args.steps):
-        model.load_instances(load_tensors(layout.checkpoint_path(args.run_dir, step)), instances)
+        model.load_instances(load_checkpoint(args.run_dir, step, runs, model), instances)
         table = calibrate_sgld(model, loss, tokens, targets, base, numbers(args.lr, float),
                                numbers(args.batch_size, int), numbers(args.localization, float))
         table.insert(0, "step", step)

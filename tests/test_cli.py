@@ -148,6 +148,31 @@ def test_choice_named_none_is_a_word_not_a_missing_value():
     assert parse_values("grad_clip", "none", float) == [None]
 
 
+def test_a_refusal_is_not_preceded_by_the_line_announcing_the_runs(tmp_path, capsys):
+    """`N run(s) → OUT` comes once the command is accepted: refused for what its folder holds (an ensemble whose
+    config.json lacks its checksum), `train` prints the refusal alone, and leaves the folder as it was."""
+    config = tmp_path / "runs" / "L1-S5-0123abcd" / "config.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"runs": []}')
+    code, _, err = run_cli(["train", "--out", str(tmp_path / "runs"), "--scale", "cpu", "--steps", "2",
+                            "--device", "cpu", "--no-progress"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and f"{config} is damaged" in err, err
+    assert [p.name for p in (tmp_path / "runs").rglob("*")] == ["L1-S5-0123abcd", "config.json"]
+
+
+def test_integers_are_read_exactly():
+    """`2`, `2.0` and `2e4` are whole numbers; a value a float would round to one (`2.0000000000000001`) is not."""
+    from headway.cli.options import parse_value
+    from headway.errors import ConfigError
+
+    assert [parse_value("hops", text, int) for text in ("2", " 2.0 ", "2e4", "+3", "1_000", "20e-1")] == \
+        [2, 2, 20000, 3, 1000, 2]
+    assert parse_value("seed", "1e30", int) == 10**30
+    for text in ("2.0000000000000001", "2.5", "1e-1", "inf", "nan", "0x10", "1e400", "9" * 401, "two", ""):
+        with pytest.raises(ConfigError, match="expected an integer"):
+            parse_value("hops", text, int)
+
+
 @pytest.mark.parametrize("args, hint", [
     (["train", "--out", "x", "--seeds", "0,1"], "option --seeds was renamed; use --seed"),
     (["demo", "--seeds", "0"], "use --seed"),

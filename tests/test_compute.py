@@ -16,7 +16,7 @@ from headway.analysis.llc import SGLDSettings, estimate_llc
 from headway.compute import Compiled, ComputeSettings, at_precision, precision_context
 from headway.errors import ConfigError, TimeLimitReached
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.store import load_weights
 from headway.train.data import EnsembleData
 from headway.train.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
@@ -28,7 +28,7 @@ BF16_LOSS_RTOL = 0.02
 
 
 def final_weights(run_dir):
-    return load_tensors(layout.checkpoint_path(run_dir, checkpoint_steps(run_dir)[-1]))
+    return load_weights(run_dir)
 
 
 @pytest.mark.parametrize("precision, compile_mode, message", [

@@ -36,8 +36,11 @@ from headway.cli.main import IO_EXIT, main
 from headway.errors import ConfigError
 from headway.llm.cache import ResponseCache
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors, read_tensors, save_tensors
-from headway.runs.store import load_model
+from headway.runs.checkpoints import checkpoint_steps, read_tensors, save_tensors, tensor_spec, weights_spec
+from headway.runs.metrics import read_metrics
+from headway.runs.schema import TableSchema
+from headway.runs.store import finished_metrics, load_model, load_runs, load_weights
+from headway.train.trainer import EnsembleTrainer
 
 pytestmark = pytest.mark.slow
 KILLS = int(os.environ.get("HEADWAY_FAULT_KILLS", "3"))
@@ -107,9 +110,9 @@ def assert_same_training(first: Path, second: Path, ensembles: int) -> None:
     for a, b in zip(straight, other, strict=True):
         assert checkpoint_steps(a) == checkpoint_steps(b)
         for step in checkpoint_steps(a):
-            wa, wb = load_tensors(layout.checkpoint_path(a, step)), load_tensors(layout.checkpoint_path(b, step))
+            wa, wb = load_weights(a, step), load_weights(b, step)
             assert all(torch.equal(wa[k], wb[k]) for k in wa), (b, step)
-        pd.testing.assert_frame_equal(layout.read_table(a / layout.METRICS), layout.read_table(b / layout.METRICS))
+        pd.testing.assert_frame_equal(finished_metrics(a), finished_metrics(b))
         finals = [[run["final"] for run in layout.read_json(d / layout.SUMMARY)["runs"]] for d in (a, b)]
         assert finals[0] == finals[1]
 
@@ -163,6 +166,28 @@ def test_a_stop_signal_saves_and_the_same_command_resumes_to_identical_results(s
     assert done.returncode == 0, done.stderr[-2000:]
     assert_same_training(straight, out, 1)
     TALLY[f"{signum.name}: saved, resumed, identical"] += 1
+
+
+def test_a_repeated_sigterm_never_ends_the_process_by_the_signal(tmp_path):
+    """A scheduler that sends SIGTERM again 0.3 s after the first (while the state is saved, or while the process
+    exits; it once ended the process by the signal): the process still ends with 143 and the stop line, and the
+    state of the step it names is saved. (A repeat during the save itself: tests/test_trainer.py.)"""
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(headway(*SIGNALLED, "--out", str(out)), env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(f"*/{layout.RESUME}/{layout.LATEST}", out, proc)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):  # it may have ended already
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 143 and "Traceback" not in err, (proc.returncode, err)
+    stopped = re.fullmatch(r"headway: stopped by SIGTERM at step (\d+)( \(saved; 1 more stop signal\(s\) while "
+                           r"saving were noted\))?; run the same command again to resume", err.strip().splitlines()[-1])
+    assert stopped, err
+    (ensemble,) = layout.ensemble_dirs(out)
+    assert layout.read_json(ensemble / layout.RESUME / layout.LATEST)["step"] == int(stopped.group(1))
+    TALLY["SIGTERM twice: 143, saved"] += 1
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["Ctrl-C", "SIGTERM"])
@@ -338,8 +363,9 @@ def test_a_table_with_object_columns_reads_back_as_written_not_as_damaged(tmp_pa
                            "trace": [[0.1, 0.2], [0.3]]})]
     frame = pd.concat(parts, ignore_index=True)
     assert frame["layer"].dtype == object
-    layout.write_table(tmp_path / "mixed.parquet", frame)
-    back = layout.read_table(tmp_path / "mixed.parquet")
+    schema = TableSchema.of({"layer": "int", "drop": "float", "heads": "str", "trace": "list<float>"})
+    layout.write_table(tmp_path / "mixed.parquet", frame, schema)
+    back = layout.read_table(tmp_path / "mixed.parquet", schema)
     assert back["layer"].tolist() == [0, 1] and back["heads"].tolist() == ["L1H0", "L2H1"]
     assert [list(t) for t in back["trace"]] == [[0.1, 0.2], [0.3]]  # a list column: Parquet renames its items
     # a table written before the shape held Arrow types (it held pandas dtypes) still reads
@@ -347,12 +373,13 @@ def test_a_table_with_object_columns_reads_back_as_written_not_as_damaged(tmp_pa
     table = pa.Table.from_pandas(clean, preserve_index=False)
     old = layout._pandas_shape(clean)
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, layout.SHAPE_KEY: old}), tmp_path / "old.parquet")
-    assert layout.read_table(tmp_path / "old.parquet").equals(clean)
+    old_schema = TableSchema.of({"layer": "int", "drop": "float"})
+    assert layout.read_table(tmp_path / "old.parquet", old_schema).equals(clean)
     # and one whose rows were changed behind its metadata is still refused
     fewer = pa.Table.from_pandas(clean.iloc[:1], preserve_index=False)
     pq.write_table(fewer.replace_schema_metadata({**fewer.schema.metadata, layout.SHAPE_KEY: old}), tmp_path / "cut.parquet")
     with pytest.raises(ConfigError, match="is damaged"):
-        layout.read_table(tmp_path / "cut.parquet")
+        layout.read_table(tmp_path / "cut.parquet", old_schema)
 
 
 @pytest.fixture(scope="module")
@@ -366,14 +393,22 @@ def trained(tmp_path_factory):
 
 
 def _readers(run_dir: Path) -> dict[str, Callable]:
-    resume = run_dir / layout.RESUME / layout.read_json(run_dir / layout.RESUME / layout.LATEST)["dir"]
+    """Each file of a run with the checked reader headway reads it through, given what its runs make it hold."""
+    step = layout.read_json(run_dir / layout.RESUME / layout.LATEST)["step"]
+    resume = layout.resume_dir(run_dir, step)
     last = layout.checkpoint_path(run_dir, checkpoint_steps(run_dir)[-1])
+    runs = load_runs(run_dir)
+    _, model, optim, state = EnsembleTrainer(runs, run_dir, progress=False).setup()
+    weights, trainer = weights_spec(model, len(runs)), tensor_spec({**optim.state_tensors(), **state.tensors()})
     return {
-        layout.CONFIG: layout.read_json, layout.SUMMARY: layout.read_json, layout.METRICS: layout.read_table,
-        str(last.relative_to(run_dir)): read_tensors, f"{layout.RESUME}/{layout.LATEST}": layout.read_json,
-        str((resume / "weights.safetensors").relative_to(run_dir)): read_tensors,
-        str((resume / "trainer.safetensors").relative_to(run_dir)): read_tensors,
-        str((resume / "metrics.parquet").relative_to(run_dir)): layout.read_table,
+        layout.CONFIG: layout.read_json, layout.SUMMARY: layout.read_json,
+        layout.METRICS: lambda path: read_metrics(path, runs),
+        str(last.relative_to(run_dir)): lambda path: read_tensors(path, weights, ("step",)),
+        f"{layout.RESUME}/{layout.LATEST}": layout.read_json,
+        str((resume / "weights.safetensors").relative_to(run_dir)): lambda path: read_tensors(path, weights),
+        str((resume / "trainer.safetensors").relative_to(run_dir)): lambda path: read_tensors(path, trainer,
+                                                                                             ("counters",)),
+        str((resume / "metrics.parquet").relative_to(run_dir)): lambda path: read_metrics(path, runs, upto=step),
     }
 
 
@@ -425,12 +460,14 @@ def test_every_damaged_analysis_llm_and_export_file_is_refused_naming_it_or_read
     weights and config), each damaged byte by byte."""
     folder = tmp_path / "written"
     circuits = folder / "circuits.safetensors"
-    save_tensors(circuits, {"ov": torch.randn(3, 2, 5, 5), "scores": torch.randn(3, 2, 5)}, {"run_ids": "a,b,c"})
+    written = {"ov": torch.randn(3, 2, 5, 5), "scores": torch.randn(3, 2, 5)}
+    save_tensors(circuits, written, {"run_ids": "a,b,c"})
     predictions = "id,formulation,hops,acc\nF1-1-0,F1,1,True\nF1-1-1,F1,1,False\n"
     checksums = {"predictions.csv": layout.write_text(folder / "predictions.csv", predictions),
                  "model.safetensors": layout.write_bytes(folder / "model.safetensors", bytes(range(256)) * 4)}
     layout.write_json(folder / "summary.json", {"meta": {"model": "m", "seed": 0}, "checksums": checksums})
-    readers = {circuits: read_tensors, folder / "summary.json": layout.read_json,
+    readers = {circuits: lambda path: read_tensors(path, tensor_spec(written), ("run_ids",)),
+               folder / "summary.json": layout.read_json,
                folder / "predictions.csv": lambda path: layout.read_text(path, checksums["predictions.csv"]),
                folder / "model.safetensors": lambda path: layout.read_bytes(path, checksums["model.safetensors"])}
     rng = np.random.default_rng(8)

@@ -58,7 +58,11 @@ SWEEP_FINDINGS = [
     (["train", "--out", "runs", "--d-model", "1e12"], "d_model = 1000000000000 is invalid"),
     (["train", "--out", "runs", "--train-size", "1e12"], "train_size = 1000000000000 is invalid"),
     (["train", "--out", "runs", "--val-size", "1e12"], "val_size = 1000000000000 is invalid"),
-    (["train", "--out", "runs", "--seed", "1e30"], "seed = 1000000000000000019884624838656 is invalid"),
+    (["train", "--out", "runs", "--seed", "1e30"], "seed = 1000000000000000000000000000000 is invalid"),  # exact
+    (["train", "--out", "runs", "--hops", "2.0000000000000001"], "--hops got '2.0000000000000001'; expected an integer"),
+    (["train", "--out", "runs", "--seed", "1" + "0" * 400], "expected an integer"),
+    (["study", "sorting", "--out", "s", "--dry-run", "--device", "foo"], "device = 'foo' is not a device"),
+    (["study", "retrieval", "--out", "s", "--dry-run", "--precision", "tf32", "--device", "cpu"], "tf32"),
     (["train", "--out", "runs", "--steps", "1e8", "--checkpoint-every", "1"], "checkpoints is more than 10000"),
     (["train", "--out", "runs", "--scale", "cpu", "--train-size", "268435456"], "--no-memory-check"),
     (["train", "--out", "runs", "--lr", "inf"], "--lr got 'inf'; expected a finite number"),

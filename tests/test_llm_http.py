@@ -12,8 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from conftest import free_port
 
+from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.limits import MAX_BACKOFF_S, MAX_RETRIES
+from headway.limits import MAX_BACKOFF_S, MAX_REPLY_BYTES, MAX_RETRIES
 from headway.llm.backend import Backend, BackendError, LoglikRequest
 from headway.llm.cache import CachedBackend, ResponseCache, request_key
 from headway.llm.http import OpenAIBackend
@@ -66,9 +67,15 @@ class FakeHandler(BaseHTTPRequestHandler):
                 time.sleep(fake.stall)
                 self.close_connection = True
                 return
+            if fake.drip is not None:
+                self.drip(fake.drip)
+                return
+            if fake.oversize is not None:
+                self.oversize(*fake.oversize)
+                return
             if fake.jitter and body is not None:
                 time.sleep(0.01 * (len(json.dumps(body)) % 4))
-            status, payload = failure if failure else (200, fake.reply(self.path, body))
+            status, payload = failure if failure else (200, fake.tamper(fake.reply(self.path, body)))
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -79,11 +86,47 @@ class FakeHandler(BaseHTTPRequestHandler):
             with fake.lock:
                 fake.in_flight -= 1
 
+    def drip(self, where):
+        """Send a byte every 0.1 s: of the status line and headers (`where` "head"), or of a body that never ends
+        ("body"), until the client hangs up."""
+        self.close_connection = True
+        start = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        if where == "body":
+            self.wfile.write(start + b"Content-Length: 1000000\r\n\r\n")
+        stream = start + b"X-Slow: " + b"a" * 10_000 if where == "head" else b" " * 1_000_000
+        try:
+            for byte in stream:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.1)
+        except OSError:  # the client hung up: what the deadline should do
+            pass
+
+    def oversize(self, size, declared):
+        """A 200 reply of `size` bytes of JSON whitespace, its length declared in Content-Length or not (chunked)."""
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header(*(("Content-Length", str(size)) if declared else ("Transfer-Encoding", "chunked")))
+        self.end_headers()
+        piece = b" " * 2**20
+        try:
+            for start in range(0, size, len(piece)):
+                part = piece[:size - start]
+                self.wfile.write(part if declared else b"%x\r\n%s\r\n" % (len(part), part))
+            if not declared:
+                self.wfile.write(b"0\r\n\r\n")
+        except OSError:  # the client stopped reading at its cap
+            pass
+
 
 class QuietServer(ThreadingHTTPServer):
     """A threading server whose close does not wait for stalled handlers."""
 
     block_on_close = False
+
+    def handle_error(self, request, client_address):
+        """Say nothing when a client hangs up mid-reply: the hostile servers' clients are meant to."""
 
 
 class FakeServer:
@@ -96,6 +139,9 @@ class FakeServer:
         self.stall = 0.0
         self.jitter = False
         self.broken = None
+        self.drip = None  # "head" or "body": send that part a byte at a time
+        self.oversize = None  # (bytes, declared): a reply that large, its length declared or not
+        self.tamper = lambda reply: reply  # what a hostile server does to a well-formed reply (JSON) before sending
         self.models = ["fake-model"]
         self.in_flight = self.peak = 0
         self.httpd = QuietServer(("127.0.0.1", 0), FakeHandler)
@@ -241,6 +287,20 @@ def test_generate_returns_the_chat_content(connect, server):
     assert backend.generate(["hi"], max_tokens=5) == [""]
 
 
+def test_a_chat_reply_that_is_not_utf8_text_is_refused(connect, server):
+    """A lone surrogate ("\\ud800") is valid JSON but no text a table holds: refused in one line naming the field,
+    never a traceback when the predictions are written; a cached reply of that kind is refused when it is parsed."""
+    from headway.llm.scoring import parse_reply
+
+    server.tamper = lambda reply: b'{"choices": [{"message": {"content": "A\\ud800"}}]}'
+    with pytest.raises(BackendError, match=re.escape(f"{server.url}/chat/completions: choices[0].message.content = "
+                                                     '"A\\ud800" is not UTF-8 text')):
+        connect().generate(["hi"], max_tokens=5)
+    for reply in ("A\ud800", 5, None):
+        with pytest.raises(ConfigError, match="is not UTF-8 text; the backend's answer is unusable"):
+            parse_reply(reply, ["A", "B"])
+
+
 def test_unreachable_server_fails_after_the_retries(sleeps):
     url = f"http://127.0.0.1:{free_port()}/v1"
     backend = OpenAIBackend("m", url, timeout=5.0, retries=2, backoff=0.5, sleep=sleeps.append)
@@ -264,7 +324,8 @@ def test_backoff_doubles_up_to_its_cap(sleeps):
 
 def test_timeout_fails_after_the_retries(connect, server, sleeps):
     server.stall = 1.0
-    with pytest.raises(BackendError, match=r"/completions failed after 2 attempts; last error: no reply within 0.3 s"):
+    with pytest.raises(BackendError, match=r"/completions failed after 2 attempts; last error: no complete reply "
+                                           r"within 0.3 s \(--timeout bounds a whole request"):
         connect(timeout=0.3, retries=1).loglikelihood([LoglikRequest("Answer:", " 7")])
     assert server.count() == 2
     assert sleeps == [0.5]
@@ -348,6 +409,11 @@ def test_api_key_header_only_when_given(connect, server):
     ({"base_url": "localhost:8000/v1"}, "base URL 'localhost:8000/v1' is invalid; use an http:// or https:// URL"),
     ({"base_url": "http://[::1"}, r"base URL 'http://\[::1' is invalid"),
     ({"base_url": "http://host:port/v1"}, "base URL 'http://host:port/v1' is invalid"),
+    # refused here, not by the HTTP client's InvalidURL or the IDNA codec's UnicodeError on the first request
+    ({"base_url": "http://a\nb/v1"}, r"base URL 'http://a\\nb/v1' is invalid"),
+    ({"base_url": "http://a\x00b/v1"}, r"base URL 'http://a\\x00b/v1' is invalid"),
+    ({"base_url": "http://a..b/v1"}, r"base URL 'http://a\.\.b/v1' is invalid"),
+    ({"base_url": f"http://{'a' * 64}/v1"}, "is invalid; use an http:// or https:// URL"),
 ])
 def test_bad_settings_are_config_errors(settings, message):
     with pytest.raises(ConfigError, match=message):
@@ -450,3 +516,148 @@ def test_cached_backend_asks_each_distinct_request_once(connect, server, tmp_pat
 def test_cached_backend_checks_its_chunk(connect, tmp_path):
     with ResponseCache(tmp_path / "cache.sqlite") as cache, pytest.raises(ConfigError, match="chunk = 0 is invalid"):
         CachedBackend(connect(), cache, chunk=0)
+
+
+# A hostile server: every number, id and size it sends is checked, a whole request has a deadline, and nonsense is
+# refused at once (not asked again) with one line naming the server, the field and the value.
+
+def poison(field, index, value):
+    """A tamper that puts `value` at choices[0].logprobs.FIELD[INDEX] of every /completions reply."""
+    def tamper(reply):
+        if "choices" in reply and "logprobs" in reply["choices"][0]:
+            reply["choices"][0]["logprobs"][field][index] = value
+        return reply
+    return tamper
+
+
+LOGPROB_RULE = "is not a log-probability (a number in [-10000, 0]); the server is broken or not OpenAI-compatible"
+
+
+@pytest.mark.parametrize("value, shown", [
+    (float("nan"), "NaN"), (0.5, "0.5"), (True, "true"), (-1e308, "-1e+308"), (float("-inf"), "-Infinity"),
+    (-10000.001, "-10000.001"), ("-0.2", '"-0.2"'), ([-0.2], "[-0.2]"), (-10**400, "-1" + "0" * 57 + "…"),
+], ids=["nan", "positive", "true", "-1e308", "-inf", "below-floor", "text", "list", "-1e400"])
+@pytest.mark.parametrize("index", [1, 2])  # the continuation's token, and the generated one after it
+def test_a_log_probability_that_is_not_one_is_refused_not_summed(connect, server, sleeps, value, shown, index):
+    server.tamper = poison("token_logprobs", index, value)
+    with pytest.raises(BackendError) as refused:
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert str(refused.value) == (f"malformed response from {server.url}/completions: "
+                                  f"choices[0].logprobs.token_logprobs[{index}] = {shown} {LOGPROB_RULE}")
+    assert server.count() == 1 and sleeps == []  # nonsense is not asked again
+
+
+def test_log_probabilities_at_the_bounds_are_summed(connect, server):
+    server.tamper = poison("token_logprobs", 1, -10000)
+    assert connect().loglikelihood([LoglikRequest("Answer:", " 7")]) == [-10000.0]
+    server.tamper = poison("token_logprobs", 1, 0)
+    assert connect().loglikelihood([LoglikRequest("Answer:", " 7")]) == [0.0]
+
+
+@pytest.mark.parametrize("field, index, value, message", [
+    ("tokens", 1, 7, "tokens[1] = 7 is not text"),
+    ("text_offset", 1, True, "text_offset[1] = true is not a character offset"),
+    ("text_offset", 1, -1, "text_offset[1] = -1 is not a character offset"),
+    ("text_offset", 1, 7.5, "text_offset[1] = 7.5 is not a character offset"),
+    ("text_offset", 2, 0, "text_offset[2] = 0 is not a character offset (a whole number >= 7, the one before)"),
+])
+def test_tokens_and_offsets_that_are_not_are_refused(connect, server, sleeps, field, index, value, message):
+    server.tamper = poison(field, index, value)
+    with pytest.raises(BackendError, match=re.escape(f"{server.url}/completions: choices[0].logprobs.{message}")):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert sleeps == []
+
+
+def test_a_logprobs_field_that_is_not_a_list_is_refused(connect, server):
+    def tamper(reply):
+        reply["choices"][0]["logprobs"]["token_logprobs"] = {"a": -1}
+        return reply
+    server.tamper = tamper
+    with pytest.raises(BackendError, match=re.escape('choices[0].logprobs.token_logprobs = {"a": -1} is not a list')):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+
+
+@pytest.mark.parametrize("name, shown", [
+    ({"name": "x"}, '{"name": "x"}'), (7, "7"), (None, "null"), ("", '""'), ("two\nlines", '"two\\nlines"'),
+    ("m" * 1025, '"' + "m" * 58 + "…"),
+], ids=["object", "number", "null", "empty", "two-lines", "too-long"])
+def test_a_model_id_that_is_not_a_name_is_refused(connect, server, name, shown):
+    server.models = [name]
+    with pytest.raises(BackendError) as refused:
+        connect(model=None)
+    assert str(refused.value) == (f"malformed response from {server.url}/models: data[0].id = {shown} is not a model "
+                                  "name (text of 1 to 1024 printable characters); the server is broken or not "
+                                  "OpenAI-compatible")
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_server_that_drips_its_reply_is_cut_at_the_deadline(connect, server, sleeps, where):
+    server.drip = where  # a byte every 0.1 s: no read ever waits 0.5 s, so only a deadline ends it
+    start = time.monotonic()
+    with pytest.raises(BackendError, match=r"/completions failed after 2 attempts; last error: no complete reply "
+                                           r"within 0.5 s"):
+        connect(timeout=0.5, retries=1).loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert 1.0 <= time.monotonic() - start < 3.0  # two attempts, each ended at its deadline
+    assert server.count() == 2 and sleeps == [0.5]  # past the deadline is retried, as a timeout was
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_reply_past_the_size_cap_is_refused_before_it_is_parsed(connect, server, sleeps, declared):
+    server.oversize = (MAX_REPLY_BYTES + 2**20, declared)
+    said = "its reply is 17,825,792 bytes long, more than" if declared else "its reply passed"
+    with pytest.raises(BackendError, match=f"malformed response from {re.escape(server.url)}/completions: {said} "
+                                           r"the 16,777,216 bytes a reply may have"):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert server.count() == 1 and sleeps == []
+
+
+def test_a_reply_at_the_size_cap_is_read(connect, server):
+    server.oversize = (MAX_REPLY_BYTES, False)  # all of it whitespace: read whole, then refused as not JSON
+    with pytest.raises(BackendError, match=r"/completions: not JSON \(''\)"):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+
+
+@pytest.mark.parametrize("body", [b"[" * 100_000 + b"]" * 100_000, b'{"choices": ' + b"1" * 5000 + b"}"])
+def test_json_python_cannot_read_is_refused_in_one_line(connect, server, body):
+    server.tamper = lambda reply: body
+    with pytest.raises(BackendError, match=r"/completions: not JSON"):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+
+
+def test_a_huge_refusal_is_quoted_from_its_start(connect, server, sleeps):
+    server.fail(400, payload=b"x" * (MAX_REPLY_BYTES * 2))
+    with pytest.raises(BackendError, match=r"refused \(HTTP 400\): x{199}…$"):
+        connect().loglikelihood([LoglikRequest("Answer:", " 7")])
+    assert sleeps == []
+
+
+OUTPUTS = ("predictions.csv", "results.csv", "groups.csv", "summary.json", "report.html")
+
+
+@pytest.mark.parametrize("hostile, options, said", [
+    ({"tamper": poison("token_logprobs", -2, float("nan"))}, [],
+     r"completions: choices\[0\]\.logprobs\.token_logprobs\[\d+\] = NaN is not a log-probability"),
+    ({"tamper": poison("token_logprobs", -2, 3.5)}, [], r"token_logprobs\[\d+\] = 3\.5 is not a log-probability"),
+    ({"tamper": poison("token_logprobs", -2, True)}, [], r"token_logprobs\[\d+\] = true is not a log-probability"),
+    ({"tamper": poison("token_logprobs", -2, -1e308)}, [], r"token_logprobs\[\d+\] = -1e\+308 is not a log-prob"),
+    ({"models": [{"id": "m"}]}, [], r"/models: data\[0\]\.id = \{\"id\": \"m\"\} is not a model name"),
+    ({"drip": "body"}, ["--model", "m", "--timeout", "0.5", "--retries", "0"],
+     r"completions failed after 1 attempts; last error: no complete reply within 0\.5 s"),
+    ({"oversize": (MAX_REPLY_BYTES + 1, True)}, ["--model", "m"], r"more than the 16,777,216 bytes a reply may have"),
+])
+def test_llm_eval_refuses_a_hostile_server_in_one_line_and_writes_no_results(server, tmp_path, capsys, hostile,
+                                                                             options, said):
+    for name, value in hostile.items():
+        setattr(server, name, value)
+    out = tmp_path / "run"
+    model = [] if "--model" in options or "models" in hostile else ["--model", "fake-model"]
+    start = time.monotonic()
+    status = main(["llm-eval", "--backend", "http", "--base-url", server.url, "-f", "F1", "--max-hops", "1",
+                   "--questions", "2", "--out", str(out), "--no-progress", *model, *options])
+    captured = capsys.readouterr()
+    assert status == 2 and time.monotonic() - start < 20  # a drip unchecked would take 28 hours
+    assert captured.err.startswith(f"headway: error: malformed response from {server.url}/") or \
+        captured.err.startswith(f"headway: error: POST {server.url}/")
+    assert captured.err.count("\n") == 1 and re.search(said, captured.err), captured.err
+    assert captured.out == ""
+    assert not [name for name in OUTPUTS if (out / name).exists()]

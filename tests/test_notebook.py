@@ -10,8 +10,9 @@ from conftest import tiny_run
 import headway
 from headway.errors import ConfigError
 from headway.runs.config import RunConfig
-from headway.runs.store import final_metrics, find_run, load_metrics, load_model
+from headway.runs.store import final_metrics, find_run, load_metrics, load_model, load_single
 from headway.settings import check_bool, check_int
+from headway.tasks.retrieval.positions import statement_rows
 from headway.train.sweep import train_runs
 
 
@@ -59,6 +60,27 @@ def test_a_model_loads_by_run_id_from_the_sweep_or_by_a_numpy_instance(sweep):
         assert find_run(sweep, run_id) == (sweep / ensemble, instance)
     two = load_model(sweep / final.ensemble.iloc[0], instances=np.array([1, 0]))
     assert two.n_instances == 2
+
+
+def test_a_loaded_packed_model_refuses_tokens_without_their_slots(sweep):
+    """A run of the packed layout (two token slots per position) loaded as one model takes its task's tokens, refuses
+    TransformerLens' [batch, pos] and an unbatched [pos, slots] prompt, and `to_tokens` rebuilds the task's tokens
+    from the symbols of each slot."""
+    run_id = final_metrics(load_metrics(sweep)).run_id.iloc[0]
+    model = load_single(sweep, run_id=run_id)
+    val = model.run.validation_data()
+    assert model.n_slots == 2 and val.tokens.shape[-1] == 2
+    assert torch.equal(model.to_tokens(statement_rows(model.run.task, val.tokens.numpy())), val.tokens)
+    ensemble, instance = find_run(sweep, run_id)
+    torch.testing.assert_close(model(val.tokens[:8], readout="last"),
+                               load_model(ensemble, instances=instance)(val.tokens[None, :8])[0], atol=1e-6, rtol=0)
+    bare = load_model(ensemble).instance(instance)  # an instance taken from a loaded ensemble knows its slots too
+    assert bare.n_slots == 2
+    for bad in (val.tokens[:8, :, 0], val.tokens[0]):
+        for one in (model, bare):
+            with pytest.raises(ConfigError, match=r"do not fit this model: it sums 2 token slots per position and "
+                                                  r"takes \[batch, pos, 2\]"):
+                one.run_with_cache(bad)
 
 
 def test_bad_run_ids_and_instances_are_named(sweep):

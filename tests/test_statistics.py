@@ -1,5 +1,6 @@
 """The small-count statistics: Wilson intervals, the exact one-sided test against chance and its power,
-and the permutation test of independence with its Šidák combination."""
+the permutation test of independence with its Šidák combination, and every helper refusing a missing or
+impossible input (NaN, None, a fractional count, a probability outside [0, 1], a zero standard error)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import math
 import numpy as np
 import pytest
 
-from headway.analysis.statistics import (binomial_power, binomial_tail, chi_square, critical_count,
-                                         detectable_accuracy, permutation_independence, sidak, wilson_interval)
+from headway.analysis.statistics import (agreement_power, agreement_tail, binomial_pmf, binomial_power, binomial_tail,
+                                         chi_square, critical_count, detectable_accuracy, fisher_greater, fisher_power,
+                                         holm, largest_agreement_pmf, normal_interval, normal_power, normal_tail,
+                                         permutation_independence, poisson_binomial_tail, pooled_count_test, sidak,
+                                         upper_tail, wilson_interval, z_score)
 
 
 def test_wilson_interval_is_sensible_at_the_ends():
@@ -45,3 +49,80 @@ def test_permutation_test_of_independence():
     assert permutation_independence(*args, np.random.default_rng(3)) == \
         permutation_independence(*args, np.random.default_rng(3))
     assert sidak([0.02, 0.5]) == pytest.approx(1 - 0.98 ** 2) and sidak([]) == 1.0
+
+
+# --- a missing or impossible input is refused, never turned into a number ----------------------------------------
+
+MISSING = [math.nan, None, np.float64("nan")]
+
+
+@pytest.mark.parametrize("gone", MISSING)
+def test_a_normal_test_refuses_a_missing_gap_or_noise(gone):
+    assert math.isnan(z_score(gone, 0.1)) and math.isnan(z_score(0.3, gone))
+    assert math.isnan(normal_tail(gone)) and math.isnan(normal_tail(z_score(0.3, gone)))
+    assert math.isnan(normal_power(gone, 0.1, 0.05)) and math.isnan(normal_power(0.3, gone, 0.05))
+    assert math.isnan(normal_power(0.3, 0.1, gone))
+    assert all(math.isnan(x) for x in normal_interval(gone, 0.1) + normal_interval(0.3, gone))
+
+
+def test_zero_noise_is_no_infinite_significance():
+    """A standard error of 0 says the spread was not measured: the gap over it is untestable, never p = 0
+    (the modular LLC pair test said 'reproduced, p = 5e-12' on an unknown noise)."""
+    for noise in (0.0, -0.1):
+        assert math.isnan(z_score(0.3, noise)) and math.isnan(z_score(0.0, noise))
+        assert math.isnan(normal_power(0.3, noise, 0.05))
+    assert math.isnan(normal_tail(z_score(0.3, 0.0)))
+    assert z_score(0.3, 0.1) == pytest.approx(3.0)
+    assert normal_tail(z_score(0.3, 0.1)) == pytest.approx(0.00135, abs=1e-5)
+    assert normal_tail(math.inf) == 0.0 and normal_tail(-math.inf) == 1.0
+    assert all(math.isnan(x) for x in normal_interval(0.3, -0.1))
+    assert normal_interval(0.3, 0.0) == (0.3, 0.3)
+
+
+@pytest.mark.parametrize("bad", [*MISSING, 2.5, -1, True, "3"])
+def test_counting_tests_refuse_counts_that_are_not_whole_numbers(bad):
+    assert all(math.isnan(x) for x in wilson_interval(bad, 10)) and all(math.isnan(x) for x in wilson_interval(3, bad))
+    assert math.isnan(binomial_tail(3, bad, 0.5)) and math.isnan(fisher_greater(bad, 4, 1, 4))
+    assert math.isnan(fisher_greater(3, 4, 1, bad)) and math.isnan(fisher_power(bad, 4, 0.9, 0.1, 0.05))
+    assert math.isnan(binomial_power(bad, 0.5, 0.9)) and math.isnan(detectable_accuracy(bad, 0.25))
+    assert math.isnan(agreement_tail(bad, 3, 6)) and math.isnan(agreement_power(bad, 6, 0.9, 0.05))
+    with pytest.raises(ValueError, match="critical_count needs a count"):
+        critical_count(bad, 0.5)
+    with pytest.raises(ValueError, match="binomial_pmf needs a count"):
+        binomial_pmf(bad, 0.5)
+    with pytest.raises(ValueError, match="largest_agreement_pmf needs counts"):
+        largest_agreement_pmf(bad, 6)
+
+
+@pytest.mark.parametrize("bad", [*MISSING, 1.5, -0.1])
+def test_probabilities_outside_zero_one_are_refused(bad):
+    assert math.isnan(binomial_tail(3, 10, bad)) and math.isnan(binomial_power(10, bad, 0.9))
+    assert math.isnan(binomial_power(10, 0.5, bad)) and math.isnan(binomial_power(10, 0.5, 0.9, bad))
+    assert math.isnan(fisher_power(4, 4, bad, 0.1, 0.05)) and math.isnan(fisher_power(4, 4, 0.9, 0.1, bad))
+    assert math.isnan(agreement_power(8, 6, bad, 0.05)) and math.isnan(poisson_binomial_tail(1, [0.5, bad]))
+    assert np.isnan(binomial_pmf(3, bad)).all() and len(binomial_pmf(3, bad)) == 4
+    assert math.isnan(sidak([0.02, bad])) and math.isnan(sidak([bad, 0.02]))
+    assert holm([0.001, bad], 0.05) == [True, False] and holm([0.001], bad) == [False]
+    with pytest.raises(ValueError, match="critical_count needs a count"):
+        critical_count(10, bad)
+
+
+def test_impossible_counts_and_missing_distributions_are_refused():
+    assert all(math.isnan(x) for x in wilson_interval(11, 10))  # more successes than trials
+    assert math.isnan(fisher_greater(5, 4, 1, 4))
+    assert math.isnan(upper_tail(np.array([0.5, math.nan]), 1))  # min(1.0, nan) would have said 1.0
+    assert math.isnan(upper_tail(np.array([0.5, 0.5]), 0.5)) and math.isnan(upper_tail(np.array([0.5, 0.5]), None))
+    p, power = pooled_count_test(1, [np.array([0.5, math.nan])], [np.array([0.1, 0.9])])
+    assert math.isnan(p) and math.isnan(power(0.05))  # the critical count of a NaN null would have been "none"
+    assert wilson_interval(3.0, 10.0) == wilson_interval(3, 10) and binomial_tail(np.int64(9), 20, 0.25) == \
+        binomial_tail(9, 20, 0.25)  # whole numbers of any numeric type are counts
+    assert binomial_tail(-1, 5, 0.5) == 1.0 and binomial_tail(6, 5, 0.5) == 0.0
+    assert np.isnan(chi_square(np.array([[6, math.nan], [0, 6]])))  # a missing count leaves no statistic
+
+
+def test_a_missing_label_is_no_category_of_the_permutation_test():
+    rng = np.random.default_rng(0)
+    for outcomes, groups in ((["a", None, "b", "a"], ["x", "x", "y", "y"]),
+                             (["a", "b", "b", "a"], ["x", math.nan, "y", "y"])):
+        statistic, p = permutation_independence(outcomes, groups, 99, rng)
+        assert math.isnan(statistic) and math.isnan(p)

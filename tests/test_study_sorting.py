@@ -100,13 +100,13 @@ def test_llc_verdict_states_its_test_and_groups_seeds_by_condition():
     falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1)
     no_rise = development("b", *traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380], seed=1, run_id="b"),
                           fall=0.1)
-    alone = judge([llc_rises_then_falls([no_rise], rules, float("nan"))], rules)[0]
+    alone = judge([llc_rises_then_falls([no_rise], rules)], rules)[0]
     assert alone.status != "reproduced" and alone.p_value == 1.0
     assert alone.evidence.startswith("Test, fixed in advance: per traced run, one-sided z-tests")
     assert "uniform, no wd: seed 1: λ̂ 600 at step 30" in alone.evidence
     assert "no rise: the peak is the first valid checkpoint" in alone.evidence
     assert "left out: step 0–10 (4 checkpoints): λ̂ ≤ 0" in alone.evidence
-    both = judge([llc_rises_then_falls([falls, no_rise], rules, float("nan"))], rules)[0]
+    both = judge([llc_rises_then_falls([falls, no_rise], rules)], rules)[0]
     assert "1/2 (0.09–0.91) usable traced runs rise and fall" in both.evidence
     assert "uniform, no wd: seed 0: λ̂ 200 at step 3, peak 600 at step 30" in both.evidence
 
@@ -219,19 +219,23 @@ def test_damaged_circuits_are_refused_with_one_line(tmp_path):
     """The report reads each ensemble's circuits back through the checked reader: flipped bytes or a truncated
     file are refused naming the file, never drawn as other numbers."""
     from headway.errors import ConfigError
-    from headway.runs.checkpoints import save_tensors
-    from headway.studies.sorting.analyse import CIRCUITS, load_circuits
+    from headway.runs.config import RunConfig
+    from headway.studies.sorting.analyse import CIRCUITS, circuits_spec, load_circuits, save_circuits
 
+    runs = [RunConfig.from_flat({"task": "sorting", "values": 5, "length": 3, "layers": 1, "heads": 2,
+                                 "d_model": 8, "seed": seed}) for seed in (0, 1)]
+    circuits = {name: torch.randn(shape, dtype=dtype) for name, (dtype, shape) in circuits_spec(runs).items()}
     path = tmp_path / "E1" / CIRCUITS
-    path.parent.mkdir()
-    save_tensors(path, {"ov": torch.arange(24.0).reshape(2, 3, 4)}, {"run_ids": "a,b"})
-    tensors, ids = load_circuits(tmp_path, "E1")
-    assert ids == ["a", "b"] and torch.equal(tensors["ov"], torch.arange(24.0).reshape(2, 3, 4))
+    save_circuits(path.parent, circuits, runs)
+    tensors, ids = load_circuits(tmp_path, "E1", runs)
+    assert ids == [run.run_id for run in runs] and torch.equal(tensors["ov"], circuits["ov"])
+    with pytest.raises(ConfigError, match=f"{CIRCUITS} is damaged .* of runs"):  # another ensemble's circuits
+        load_circuits(tmp_path, "E1", runs[::-1])
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(ConfigError, match=f"{CIRCUITS} is damaged"):
-        load_circuits(tmp_path, "E1")
+        load_circuits(tmp_path, "E1", runs)
     path.write_bytes(bytes(data[: len(data) // 2]))
     with pytest.raises(ConfigError, match=CIRCUITS):
-        load_circuits(tmp_path, "E1")
+        load_circuits(tmp_path, "E1", runs)

@@ -20,6 +20,7 @@ from headway.cli.main import TIME_LIMIT_EXIT, main
 from headway.errors import ConfigError, JobsFailed, TimeLimitReached
 from headway.execution.ray_cluster import raise_failures
 from headway.runs import layout
+from headway.runs.store import finished_metrics
 from headway.studies.sorting.study import SortingStudy
 from headway.train.sweep import train_runs
 
@@ -65,8 +66,7 @@ def test_train_stopped_by_the_time_limit_exits_75_and_the_same_command_finishes_
     straight, pieces = layout.ensemble_dirs(tmp_path / "straight"), layout.ensemble_dirs(tmp_path / "pieces")
     assert [d.name for d in straight] == [d.name for d in pieces] and len(straight) == 2
     for a, b in zip(straight, pieces, strict=True):
-        pd.testing.assert_frame_equal(without_timing(layout.read_table(a / layout.METRICS)),
-                                      without_timing(layout.read_table(b / layout.METRICS)))
+        pd.testing.assert_frame_equal(without_timing(finished_metrics(a)), without_timing(finished_metrics(b)))
     assert finals(tmp_path / "straight") == finals(tmp_path / "pieces")
 
 

@@ -16,14 +16,14 @@ import torch
 from conftest import TINY, tiny_run
 
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
-from headway.runs.store import load_metrics, load_model, load_runs, load_summary
+from headway.runs.checkpoints import checkpoint_steps
+from headway.runs.store import load_metrics, load_model, load_runs, load_summary, load_weights
 from headway.train.sweep import train_runs
 from headway.train.trainer import EnsembleTrainer, checkpoint_schedule
 
 
 def final_weights(run_dir):
-    return load_tensors(layout.checkpoint_path(run_dir, checkpoint_steps(run_dir)[-1]))
+    return load_weights(run_dir)
 
 
 def test_ensemble_members_end_where_they_would_alone(tmp_path):
@@ -69,7 +69,7 @@ def test_metrics_rows_checkpoints_and_store(tmp_path):
     assert checkpoint_steps(pair_dir) == checkpoint_schedule(60, 30, 4)
     model = load_model(pair_dir, instances=1, step=30)
     assert model.n_instances == 1
-    full = load_tensors(layout.checkpoint_path(pair_dir, 30))
+    full = load_weights(pair_dir, 30)
     assert torch.equal(model.blocks[0].attn.W_V[0], full["blocks.0.attn.W_V"][1])
     summary = load_summary(tmp_path)
     assert len(summary) == 3 and all(s["complete"] and s["final"]["step"] == 60 for s in summary)
@@ -116,7 +116,7 @@ def test_sigkilled_run_resumes_to_identical_weights_and_metrics(tmp_path):
     (a,), (b,) = layout.ensemble_dirs(tmp_path / "straight"), layout.ensemble_dirs(killed)
     assert checkpoint_steps(a) == checkpoint_steps(b)
     for step in checkpoint_steps(a):
-        wa, wb = load_tensors(layout.checkpoint_path(a, step)), load_tensors(layout.checkpoint_path(b, step))
+        wa, wb = load_weights(a, step), load_weights(b, step)
         assert all(torch.equal(wa[k], wb[k]) for k in wa), step
     pd.testing.assert_frame_equal(pd.read_parquet(a / layout.METRICS), pd.read_parquet(b / layout.METRICS))
 
@@ -186,3 +186,35 @@ def test_a_run_killed_before_its_first_update_resumes_without_logging_step_zero_
         trainer.fit()  # step 0 was logged and its state saved; no update happened
     metrics = EnsembleTrainer([run], tmp_path, progress=False).fit()
     assert metrics.step.tolist() == [0, 2, 4]
+
+
+def test_a_stop_signal_repeated_while_saving_is_noted_and_the_save_completes(tmp_path):
+    """SIGTERM during step 3, then again while the stop's state is being saved (as a scheduler repeats it): the
+    second is counted, not obeyed; the state of the step the first stopped at is saved whole, and training ends
+    with Interrupted (status 143) naming both. The same run then resumes to the end."""
+    from headway.errors import Interrupted
+
+    run = tiny_run(steps=20, eval_every=5)
+    trainer = EnsembleTrainer([run], tmp_path, progress=False)
+    step, save = trainer.train_step, trainer._save
+
+    def stopped_at_three(model, data, optim, state, at):
+        step(model, data, optim, state, at)
+        if at == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def repeated_while_saving(model, optim, state, at, rows, keep):
+        if trainer._stop_signal is not None:
+            os.kill(os.getpid(), signal.SIGTERM)
+        save(model, optim, state, at, rows, keep)
+
+    trainer.train_step, trainer._save = stopped_at_three, repeated_while_saving
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Interrupted) as stop:
+        trainer.fit()
+    assert (stop.value.step, stop.value.signum, stop.value.repeats, stop.value.status) == (3, signal.SIGTERM, 1, 143)
+    assert "at step 3 (saved; 1 more stop signal(s) while saving were noted)" in str(stop.value)
+    assert layout.read_json(tmp_path / layout.RESUME / layout.LATEST)["step"] == 3
+    assert signal.getsignal(signal.SIGTERM) == before  # the trainer's handler is gone
+    metrics = EnsembleTrainer([run], tmp_path, progress=False).fit()
+    assert metrics.step.tolist() == [0, 5, 10, 15, 20]

@@ -20,6 +20,7 @@ from headway.studies.modular.study import ModularStudy
 from headway.studies.modular.tables import ModularTables, run_steps
 from headway.studies.rules import Rules
 from headway.studies.verdict import judge
+from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = ModularRules()
 
@@ -145,8 +146,8 @@ def llc_frame(*rows: dict) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=LLC_COLUMNS)
 
 
-def llc_status(*rows: dict, bias: float = math.nan) -> tuple[str, str]:
-    verdict = judge([modular.llc_falls_at_grokking(llc_frame(*rows), RULES, bias)], RULES)[0]
+def llc_status(*rows: dict) -> tuple[str, str]:
+    verdict = judge([modular.llc_falls_at_grokking(llc_frame(*rows), RULES)], RULES)[0]
     return verdict.status, verdict.evidence
 
 
@@ -167,7 +168,7 @@ def test_the_llc_fall_is_judged_against_the_run_without_weight_decay():
     # every grokked run must beat its own control: the p-value is the largest
     two = modular.llc_falls_at_grokking(llc_frame(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.1),
                                                   llc_row("g1", 1.0, 0.66, 0.05, seed=1),
-                                                  llc_row("c1", 0.0, 0.58, 0.05, seed=1)), RULES, math.nan)
+                                                  llc_row("c1", 0.0, 0.58, 0.05, seed=1)), RULES)
     assert two.p_value == pytest.approx(0.1289, abs=1e-3)
 
 
@@ -180,7 +181,7 @@ def test_invalid_estimates_and_missing_controls_make_the_llc_claim_untestable():
     found, evidence = llc_status(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.1, grokked=True))
     assert found == "not testable" and "its control grokked" in evidence
     assert llc_status(llc_row("g", 0.0, 0.66, grokked=False))[0] == "not testable"
-    assert "no run was traced" in llc_status(bias=0.1)[1]
+    assert "no run was traced" in llc_status()[1]
     # the valid pair is tested; the invalid one is named and left out
     found, evidence = llc_status(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.1),
                                  llc_row("g1", 1.0, 0.66, seed=1, invalid=left), llc_row("c1", 0.0, 0.1, seed=1))
@@ -205,23 +206,24 @@ def meta(*run_ids: str, weight_decays: tuple[float, ...] = (1.0, 0.0)) -> pd.Dat
 def test_the_llc_table_weighs_noise_and_bias_and_names_invalid_estimates():
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
     run = development("g", metrics, trace, RULES.llc_fall)
-    row = llc_table([run], meta("g", weight_decays=(1.0,)), 0.0).iloc[0]
+    row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert (row.peak_step, row.final_step, row.fall, row.rise, row.peak_candidates) == (100, 2000, 0.5, 0.95, 4)
     assert row.fall_se == pytest.approx(0.025) and row.rise_se == pytest.approx(math.hypot(4, 1) / 200)
-    assert row.invalid == ""
+    assert row.invalid == "" and math.isnan(row.bias)  # not measured: weighed as 0
     run = development("g", metrics, trace, RULES.llc_fall, bias=0.1)
-    biased = llc_table([run], meta("g", weight_decays=(1.0,)), 0.1).iloc[0]
+    biased = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert biased.fall_se == pytest.approx(math.sqrt(16 + 400 + 9 + 100) / 200)  # (se² + (0.1 λ̂)²) at peak and end
+    assert biased.bias == 0.1  # the bias the run's Development weighed, not a flag passed beside it
     # chains that left the basin after the peak: the fall cannot be read, whatever the valid checkpoints say
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3],
                             warnings={1000: "instance 0: chain 1 diverges: …"})
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,)), 0.0).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == "1 checkpoint(s) after its peak at step 100 are invalid (steps 1000: a chain diverged)"
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, math.nan])
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,)), 0.0).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
     assert "steps 2000: no standard error recorded" in row.invalid
     metrics, trace = traced("g", [-1, -1, -1, -1, -1], [1] * 5)
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,)), 0.0).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == "no valid checkpoint" and math.isnan(row.fall)
 
 
@@ -233,7 +235,7 @@ def rejection_rate(grokked: np.ndarray, control: np.ndarray, se: np.ndarray, sim
     for _ in range(sims):
         developments = [development(run_id, *traced(run_id, curve + rng.normal(0, se), se), RULES.llc_fall)
                         for run_id, curve in (("g", grokked), ("c", control))]
-        hits += modular.llc_falls_at_grokking(llc_table(developments, runs, 0.0), RULES, math.nan).p_value <= RULES.alpha
+        hits += modular.llc_falls_at_grokking(llc_table(developments, runs), RULES).p_value <= RULES.alpha
     return hits / sims
 
 
@@ -265,3 +267,74 @@ def test_all_claims_are_judged_together_with_holm():
     assert [v.status for v in found] == ["reproduced"] * 4 + ["not reproduced"]
     assert all(v.alpha == 0.05 and v.p_value is not None and v.power is not None for v in found)
     assert "Holm's correction over 5 testable claim(s)" in found[0].evidence
+
+
+# --- a missing input is never a finding --------------------------------------------------------------------------
+
+def pair() -> dict:
+    """A grokked run falling 49% of its peak further than its control: reproduced."""
+    return {"llc": llc_frame(llc_row("g", 1.0, 0.66, 0.03), llc_row("c", 0.0, 0.17, 0.03))}
+
+
+CLAIMS = {
+    "groks": Claimed(modular.groks_with_decay, lambda: {"runs": runs_table(8, 8)}),
+    # the accuracies it shows are those of the runs without weight decay, the control (the last row)
+    "decay": Claimed(modular.decay_is_needed, lambda: {"runs": runs_table(8, 8)},
+                     rows={"val_accuracy": -1, "train_accuracy": -1}),
+    "sparsity": Claimed(modular.fourier_sparsity, lambda: {"runs": runs_table(8, 8)}),
+    "logits": Claimed(modular.logits_from_keys, lambda: {"runs": runs_table(8, 8)}),
+    "llc": Claimed(modular.llc_falls_at_grokking, pair),
+}
+
+
+def test_every_column_a_claim_reads_is_in_its_test_inputs():
+    assert_all_covered(CLAIMS, modular)
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS))
+def test_a_missing_value_in_any_input_column_makes_the_claim_not_testable(name, table, column, rows, value):
+    """The sweep that found fourier_sparsity and logits_from_keys (NaN measures) saying "not reproduced" and
+    the LLC pair test (NaN control fall or standard error) saying "reproduced, p = 5e-12"."""
+    assert_missing_is_untestable(CLAIMS[name], RULES, table, column, rows, value)
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS, nullable=True))
+def test_a_missing_value_that_is_data_is_read_as_such(name, table, column, rows, value):
+    finding, status = judged(CLAIMS[name], RULES, table, column, rows, value)
+    assert status in ("reproduced", "not reproduced", "not testable") and "missing input" not in finding.untestable
+
+
+@pytest.mark.parametrize("column", ["fall", "fall_se", "peak", "grokked", "invalid"])
+def test_a_missing_value_of_the_control_makes_the_llc_claim_not_testable(column):
+    llc = pair()["llc"]
+    found = modular.llc_falls_at_grokking(with_missing(llc, column, [1], math.nan), RULES)
+    assert judge([found], RULES)[0].status == "not testable"
+    assert found.untestable.startswith(f"a missing input: {column} in the llc table is missing in 1 of the")
+
+
+def test_an_unmeasured_noise_is_no_significance():
+    """Standard errors of 0 for both falls: the difference has no noise to be weighed against, so no p
+    (z_score used to call it infinitely significant)."""
+    found = judge([modular.llc_falls_at_grokking(llc_frame(llc_row("g", 1.0, 0.66, 0.0),
+                                                           llc_row("c", 0.0, 0.17, 0.0)), RULES)], RULES)[0]
+    assert found.status == "not testable" and "the test's statistic could not be computed" in found.evidence
+    assert "z = nan" in found.evidence
+
+
+def test_a_run_that_never_generalised_is_data_not_a_missing_input():
+    runs = runs_table(8, 8, plain_generalised=2)
+    assert runs.generalised_step.isna().sum() == 6
+    assert status(modular.decay_is_needed(runs, RULES)) == "reproduced"  # 8 of 8 against 2 of 8
+
+
+def test_the_llc_claim_states_the_bias_its_table_was_computed_with():
+    """The bias the verdict names is the table's own (each run's Development's), not a flag beside it."""
+    measured = [{**llc_row("g", 1.0, 0.66, 0.03), "bias": 0.05}, {**llc_row("c", 0.0, 0.17, 0.03), "bias": 0.05}]
+    assert "the estimator's relative bias 5.0% is added to every standard error" in llc_status(*measured)[1]
+    assert "the estimator's bias was not measured (taken as 0)" in llc_status(*pair()["llc"].to_dict("records"))[1]
+    mixed = llc_status(measured[0], llc_row("c", 0.0, 0.17, 0.03))[1]
+    assert "the estimator's relative bias 5.0% is added to every standard error for seed 0 wd 1; the estimator's " \
+           "bias was not measured (taken as 0) for seed 0 wd 0" in mixed
+    metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
+    biased = llc_table([development("g", metrics, trace, RULES.llc_fall, bias=0.1)], meta("g", weight_decays=(1.0,)))
+    assert biased.bias.iloc[0] == 0.1

@@ -18,6 +18,7 @@ from headway.studies.retrieval.significance import random_set_reach
 from headway.studies.retrieval.tables import hop_order, order_agreement
 from headway.studies.rules import rule
 from headway.studies.verdict import Finding, judge
+from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged
 
 RULES = RetrievalRules()
 PLAIN = {"part": "plain", "curriculum": "ic", "layout": "packed", "attention": "causal", "order": "shuffled",
@@ -107,7 +108,8 @@ def test_the_curriculum_contrast_is_fishers_test_of_ic_against_answer_only():
 
 def mechanism(n: int, circuit_heads: int = 4, model_heads: int = 8, **changes) -> pd.DataFrame:
     """n solved runs whose circuits pass every part of the check; `changes` replaces columns."""
-    rows = {"run_id": [f"r{i}" for i in range(n)], "solved": True, "chance": 0.25, "circuit_ablated_accuracy": 0.25,
+    rows = {"run_id": [f"r{i}" for i in range(n)], "solved": True, "val_accuracy": 0.99, "chance": 0.25,
+            "circuit_ablated_accuracy": 0.25,
             "max_other_head_drop": 0.0, "faithfulness": 0.95, "rest_ablated_accuracy": 0.97, "p_sufficient": 0.02,
             "random_sets": 49, "random_ablated_accuracy": 0.9, "random_rest_accuracy": 0.3,
             "circuit_heads": circuit_heads, "model_heads": model_heads}
@@ -268,7 +270,8 @@ def test_the_pooled_order_test_is_exact():
 
 def reach_tables(per_run: list[list[int]], hops: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Solved plain IC runs of `hops` hops with the query reach after layers 0, 1, …"""
-    final = pd.DataFrame([{**PLAIN, "run_id": f"r{i}", "hops": hops, "solved": True} for i in range(len(per_run))])
+    final = pd.DataFrame([{**PLAIN, "run_id": f"r{i}", "hops": hops, "solved": True, "val_accuracy": 0.99}
+                          for i in range(len(per_run))])
     reach = pd.DataFrame([{"run_id": f"r{i}", "site": "query", "layer": t, "reach": r, "bound_theorem": 3 ** t // 2}
                           for i, row in enumerate(per_run) for t, r in enumerate(row)])
     return final, reach
@@ -383,3 +386,73 @@ def test_the_minimum_depth_table_says_whether_the_bound_was_testable():
     assert table.bound_testable.to_dict() == {1: False, 3: False, 5: True}  # D=3 needs layer 1 trained too
     assert table.measured_min_layers[1] == 2 and table.measured_min_layers[3] == 3
     assert np.isnan(table.measured_min_layers[5]) and table.max_layers_trained[5] == 3
+
+
+# --- a missing input is never a finding --------------------------------------------------------------------------
+
+def depth_inputs() -> dict:
+    """D = 3 tested (the bound depth solves, one layer fewer does not: reproduced) and D = 5 trained at three
+    layers only, which none solves (its measured depth is missing by design, the evidence shows how deep it
+    was trained)."""
+    final = runs({(3, 1): (0, 8), (3, 2): (8, 8), (5, 3): (0, 8)})
+    return {"minimal": minimal(final, BOUNDS), "final": final}
+
+
+def curriculum_inputs() -> dict:
+    cells = pd.concat([runs({(2, 2): (6, 6)}), runs({(2, 2): (0, 6)}, curriculum="none")], ignore_index=True)
+    depth = cells[["part", "curriculum", "layout", "attention", "order", "supervision", "hops", "layers"]] \
+        .drop_duplicates().assign(bound=2)
+    return {"final": cells, "depth": depth}
+
+
+CLAIMS = {
+    "depth": Claimed(retrieval.depth_law, depth_inputs, rows={"max_layers_trained": 1}),
+    "curriculum": Claimed(retrieval.curriculum_contrast, curriculum_inputs),
+    "circuit": Claimed(retrieval.circuit_carries_answer, lambda: {"mechanism": mechanism(10)}),
+    "stacked": Claimed(retrieval.stacked_heads_compose, lambda: {"paths": paths(10, 0.9, 0.95, 0.0)}),
+    "heads order": Claimed(retrieval.heads_emerge_in_order, lambda: {"emergence": order_cells([(3, 8, 8)])}),
+    "hops order": Claimed(retrieval.hops_learned_in_order,
+                          lambda: {"hop_emergence": order_cells([(2, 8, 8), (3, 4, 4)], hops=[2, 3])}),
+    # reach after layer 0 is never read: one layer is the least that can show anything
+    "reach": Claimed(retrieval.reach_beyond_one_hop_per_layer,
+                     lambda: dict(zip(("final", "reach"), reach_tables([[0, 1, 3, 4]] * 10))),
+                     rows={"reach": 1, "bound_theorem": 1}),
+    # the second row is the first cell beyond one hop per layer, the only cells the claim reads
+    "composition": Claimed(retrieval.layers_solve_more_hops, lambda: {"phase": phase_rows(0.95, 8, 8)}, row=1),
+    "conditional": Claimed(retrieval.conditional_learned,
+                           lambda: {"final": runs({(1, 3): (6, 16)}, part="conditional")}),
+}
+
+
+def test_every_column_a_claim_reads_is_in_its_test_inputs():
+    assert_all_covered(CLAIMS, retrieval)
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS))
+def test_a_missing_value_in_any_input_column_makes_the_claim_not_testable(name, table, column, rows, value):
+    """The sweep that found circuit_carries_answer (faithfulness NaN) saying "not reproduced" with power
+    0.9997, and reach_beyond_one_hop_per_layer and layers_solve_more_hops crashing on NaN."""
+    assert_missing_is_untestable(CLAIMS[name], RULES, table, column, rows, value, derived={"solved": "val_accuracy"})
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS, nullable=True))
+def test_a_missing_value_that_is_data_is_read_as_such(name, table, column, rows, value):
+    finding, status = judged(CLAIMS[name], RULES, table, column, rows, value)
+    assert status in ("reproduced", "not reproduced", "not testable") and "missing input" not in finding.untestable
+
+
+def test_a_missing_faithfulness_is_no_refutation():
+    table = mechanism(20, faithfulness=[math.nan] * 20)
+    found = judge([retrieval.circuit_carries_answer(table, RULES)], RULES)[0]
+    assert found.status == "not testable" and found.power is None  # was "not reproduced", power 0.9997
+    assert "faithfulness in the mechanism table is missing in 20 of the 20 row(s)" in found.evidence
+    unsolved = mechanism(20, solved=[True] * 10 + [False] * 10, faithfulness=[0.95] * 10 + [math.nan] * 10)
+    assert status(retrieval.circuit_carries_answer(unsolved, RULES)) == "reproduced"  # unsolved runs are not read
+
+
+def test_a_missing_accuracy_is_read_through_whether_the_run_solved():
+    """`solved` is computed from the accuracy, so a missing accuracy behind a recorded `solved` still counts."""
+    final = runs({(1, 3): (6, 16)}, part="conditional")
+    final.loc[3, "val_accuracy"] = math.nan
+    assert retrieval.conditional_learned(final, RULES).untestable == \
+        "a missing input: val_accuracy in the final table is missing in 1 of the 16 row(s) the test reads"

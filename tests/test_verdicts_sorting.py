@@ -3,7 +3,10 @@ and each test's false-positive rate under a simulated null."""
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import replace
+from functools import cache
 
 import numpy as np
 import pandas as pd
@@ -21,6 +24,7 @@ from headway.studies.sorting.study import SortingStudy
 from headway.studies.sorting.tables import SortingTables, gap_power, gap_power_at, gap_test, mode_fractions
 from headway.studies.verdict import Finding, Verdict, judge
 from headway.tasks.sorting.modes import MODES, ModeThresholds
+from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = SortingRules()
 FAST = RULES.changed(gap_permutations=999, gap_power_studies=50, gap_power_permutations=199)
@@ -80,8 +84,9 @@ def test_learning_to_sort_is_tested_against_half_and_can_fail():
     assert "0/18 (0.00–0.18) with its Wilson 95% interval" in failed.evidence
     few = alone(sorting.learns_to_sort(runs(["splitting"] * 3), RULES))
     assert few.status == "not testable" and few.power == 0.0  # 3 of 3 cannot beat 0.5 at α: p = 0.125
-    unknown = runs(["splitting"] * 18).assign(val_accuracy=np.nan)
-    assert alone(sorting.learns_to_sort(unknown, RULES)).status == "not reproduced"  # a missing accuracy never passes
+    unknown = alone(sorting.learns_to_sort(runs(["splitting"] * 18).assign(val_accuracy=np.nan), RULES))
+    assert unknown.status == "not testable"  # was "not reproduced, power 0.99": a missing accuracy is no failure
+    assert "val_accuracy in the final table is missing in 18 of the 18 row(s)" in unknown.evidence
 
 
 def test_no_run_learning_refutes_learning_and_leaves_every_mode_claim_untestable():
@@ -215,7 +220,7 @@ def test_the_gap_finding_is_the_pre_registered_test_with_its_simulated_power():
     test = gap_test(split, RULES.learned, FAST.gap_permutations, rng)
     test["simulated_p"] = gap_power(split, FAST, rng).tolist()
     assert test["p_value"] < 0.01 and len(test["simulated_p"]) == 50  # exact: 2 / C(12, 6) = 0.0022
-    found = alone(sorting.gap_decides_mode(test, mode_fractions(split, RULES.learned), FAST), FAST)
+    found = alone(sorting.gap_decides_mode(test, split, mode_fractions(split, RULES.learned), FAST), FAST)
     assert found.status == "reproduced" and "999 permutations of the data labels" in found.evidence
     assert "no wd: χ² = 12.0 over 12 learned runs" in found.evidence
     assert "0/6 (0.00–0.39) at gap 1 vs 6/6 (0.61–1.00) at gap 3" in found.evidence  # descriptive, Wilson
@@ -223,14 +228,16 @@ def test_the_gap_finding_is_the_pre_registered_test_with_its_simulated_power():
     mixed = split.assign(mode=["splitting", "overlapping"] * 6)
     null = gap_test(mixed, RULES.learned, FAST.gap_permutations, rng)
     null["simulated_p"] = gap_power(mixed, FAST, rng).tolist()
-    weak = alone(sorting.gap_decides_mode(null, mode_fractions(mixed, RULES.learned), FAST), FAST)
+    weak = alone(sorting.gap_decides_mode(null, mixed, mode_fractions(mixed, RULES.learned), FAST), FAST)
     assert null["p_value"] == 1.0 and weak.status == "not testable" and weak.power < 0.8
-    strong = alone(sorting.gap_decides_mode({**null, "simulated_p": [0.001] * 50}, mode_fractions(mixed, 0.95), FAST))
+    strong = alone(sorting.gap_decides_mode({**null, "simulated_p": [0.001] * 50}, mixed, mode_fractions(mixed, 0.95),
+                                            FAST))
     assert strong.status == "not reproduced" and strong.power == 1.0
-    one_value = alone(sorting.gap_decides_mode(None, mode_fractions(mixed.assign(data="uniform", mean_gap=4.7), 0.95), FAST))
+    uniform = mixed.assign(data="uniform", mean_gap=4.7)
+    one_value = alone(sorting.gap_decides_mode(None, uniform, mode_fractions(uniform, 0.95), FAST))
     assert one_value.status == "not testable" and "Not testable: no weight decay has learned runs at two data " \
         "values. Learned runs per weight decay and data value: no wd, uniform: 12." in one_value.evidence
-    flat = sorting.gap_decides_mode({**null, "simulated_p": []}, mode_fractions(mixed, 0.95), FAST)
+    flat = sorting.gap_decides_mode({**null, "simulated_p": []}, mixed, mode_fractions(mixed, 0.95), FAST)
     assert flat.untestable.startswith("every data value has the same mean gap")
     assert gap_test(split.assign(data="uniform"), RULES.learned, 99, rng) is None  # one data value: no test
     assert gap_power_at({"simulated_p": [0.01, 0.02, 0.5]}, 0.02) == pytest.approx(2 / 3)
@@ -276,7 +283,7 @@ RISE = [-4000, -3000, 200, 300, 400, 500, 600, 700]  # rises to the end
 
 
 def traced(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None = None, seed: int = 0,
-           wd: float = 0.0, bias: float = 0.0, steps: list[int] = STEPS) -> Development:
+           wd: float = 0.0, bias: float = math.nan, steps: list[int] = STEPS) -> Development:
     """The Development of one run whose whole-model LLC trace is `llc` at `steps`, each with standard error `se`."""
     run_id = f"r{seed}-{wd:g}"
     metrics = pd.DataFrame({"run_id": run_id, "step": steps, "val_loss": np.geomspace(3.9, 0.01, len(steps)),
@@ -288,33 +295,33 @@ def traced(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None =
 
 def test_the_llc_claim_counts_runs_that_rise_and_fall_beyond_noise():
     four = [traced(RISE_FALL, seed=s) for s in range(4)]
-    found = alone(sorting.llc_rises_then_falls(four, RULES, math.nan))
+    found = alone(sorting.llc_rises_then_falls(four, RULES))
     assert found.status == "reproduced" and found.p_value == pytest.approx(normal_tail(2.0) ** 4)
     assert "4/4 (0.51–1.00) usable traced runs rise and fall" in found.evidence
     assert "× 4 candidate peaks" in found.evidence and "LLC estimator bias not measured (taken as 0)" in found.evidence
     assert "uniform, no wd: seed 0: λ̂ 200 at step 3, peak 600 at step 30, final 370 (-38%)" in found.evidence
-    rising = alone(sorting.llc_rises_then_falls([traced(RISE, seed=s) for s in range(4)], RULES, math.nan))
+    rising = alone(sorting.llc_rises_then_falls([traced(RISE, seed=s) for s in range(4)], RULES))
     assert rising.status == "not reproduced" and rising.p_value == 1.0 and rising.power >= 0.8
     assert "no fall: the peak is the last valid checkpoint" in rising.evidence
-    noisy = alone(sorting.llc_rises_then_falls([traced(RISE, se=300.0, seed=s) for s in range(4)], RULES, math.nan))
+    noisy = alone(sorting.llc_rises_then_falls([traced(RISE, se=300.0, seed=s) for s in range(4)], RULES))
     assert noisy.status == "not testable" and noisy.power < 0.8  # noise hides a 10% rise and fall
-    one = alone(sorting.llc_rises_then_falls([traced(RISE_FALL), traced(RISE, seed=1)], RULES, math.nan))
+    one = alone(sorting.llc_rises_then_falls([traced(RISE_FALL), traced(RISE, seed=1)], RULES))
     assert one.status == "reproduced" and one.p_value == pytest.approx(binomial_tail(1, 2, normal_tail(2.0)))
 
 
 def test_invalid_estimates_and_the_estimators_bias_gate_the_llc_claim():
     lost = traced(RISE_FALL, warnings={1000: "instance 0: chain 2 diverges: …"}, seed=9)
-    assert run_test(lost, RULES, 0.0).unusable == "its last checkpoint (step 1000) is invalid: a chain diverged"
-    gated = alone(sorting.llc_rises_then_falls([lost], RULES, math.nan))
+    assert run_test(lost, RULES).unusable == "its last checkpoint (step 1000) is invalid: a chain diverged"
+    gated = alone(sorting.llc_rises_then_falls([lost], RULES))
     assert gated.status == "not testable" and "no traced run has a valid LLC curve" in gated.evidence
     early = traced([-4000, -3000, -2000, -1000, -500, -100, 400, 370])  # two valid checkpoints: no interior peak
-    assert run_test(early, RULES, 0.0).unusable == "2 valid checkpoint(s) of 8, fewer than three"
+    assert run_test(early, RULES).unusable == "2 valid checkpoint(s) of 8, fewer than three"
     kept = [traced(RISE_FALL, seed=s) for s in range(4)] + [lost]
-    counted = alone(sorting.llc_rises_then_falls(kept, RULES, math.nan))
+    counted = alone(sorting.llc_rises_then_falls(kept, RULES))
     assert counted.status == "reproduced" and "1 of 5 traced runs unusable" in counted.evidence
-    assert alone(sorting.llc_rises_then_falls([], RULES, math.nan)).status == "not testable"
+    assert alone(sorting.llc_rises_then_falls([], RULES)).status == "not testable"
     biased = [traced(RISE_FALL, seed=s, bias=0.5) for s in range(4)]  # a 50% bias swamps the changes
-    judged = alone(sorting.llc_rises_then_falls(biased, RULES, 0.5))
+    judged = alone(sorting.llc_rises_then_falls(biased, RULES))
     assert judged.status != "reproduced" and "LLC estimator bias 50% of each λ̂" in judged.evidence
 
 
@@ -327,15 +334,15 @@ def test_the_llc_test_keeps_its_level_on_null_curves():
     truth = np.r_[-1000.0, -500.0, np.minimum(np.linspace(400, 560, 10), 500.0)]
     null = [traced(list(truth + np.r_[0, 0, rng.normal(0, se, 10)]), se, steps=steps) for _ in range(count)]
     level = run_level(RULES)
-    passed = np.array([run_test(t, RULES, 0.0).counted for t in null])
+    passed = np.array([run_test(t, RULES).counted for t in null])
     margin = 2 * math.sqrt(level * (1 - level) / count)
     assert passed.mean() <= level + margin
     assert np.mean([max(t.p_rise, t.p_fall) <= level for t in null]) > level + margin  # uncorrected: too often
-    studies = [sorting.llc_rises_then_falls(null[i : i + 4], RULES, math.nan).p_value for i in range(0, count, 4)]
+    studies = [sorting.llc_rises_then_falls(null[i : i + 4], RULES).p_value for i in range(0, count, 4)]
     assert np.mean(np.array(studies) <= 0.05) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / len(studies))
     # the stated power is never overstated: a true rise and fall of 10% of the peak passes at least as often
     effect = np.r_[-1000.0, -500.0, 450, 470, 490, 500, 500, 500, 480, 460, 450, 450]
-    real = [run_test(traced(list(effect + np.r_[0, 0, rng.normal(0, 12.0, 10)]), 12.0, steps=steps), RULES, 0.0)
+    real = [run_test(traced(list(effect + np.r_[0, 0, rng.normal(0, 12.0, 10)]), 12.0, steps=steps), RULES)
             for _ in range(100)]
     stated = float(np.mean([r.power for r in real]))
     assert 0.1 < stated <= np.mean([r.counted for r in real]) + 2 * math.sqrt(0.25 / 100)
@@ -346,3 +353,123 @@ def test_poisson_binomial_tail_is_exact():
     assert poisson_binomial_tail(1, [0.2, 0.3]) == pytest.approx(1 - 0.8 * 0.7)
     assert poisson_binomial_tail(0, []) == 1.0 and poisson_binomial_tail(3, [0.9, 0.9]) == 0.0
     assert poisson_binomial_tail(4, [0.3] * 10) == pytest.approx(binomial_tail(4, 10, 0.3))
+
+
+# --- a missing input is never a finding --------------------------------------------------------------------------
+
+@cache
+def gap_inputs() -> tuple[pd.DataFrame, dict]:
+    """Twelve runs whose modes follow the data (the gap test rejects), with the test and its simulated power."""
+    split = gap_runs(["splitting"] * 6 + ["overlapping"] * 6)
+    rng = np.random.default_rng(0)
+    test = gap_test(split, RULES.learned, FAST.gap_permutations, rng)
+    test["simulated_p"] = gap_power(split, FAST, rng).tolist()
+    return split, test
+
+
+def gap_claim_inputs() -> dict:
+    final, test = gap_inputs()
+    return {"test": copy.deepcopy(test), "final": final, "fractions": mode_fractions(final, RULES.learned)}
+
+
+CLAIMS = {
+    "learns": Claimed(sorting.learns_to_sort, lambda: {"final": runs(["splitting"] * 18)}),
+    "splitting": Claimed(sorting.splitting_with_and_without_decay, lambda: {
+        "final": pd.concat([runs(["splitting"] * 9, 0.0), runs(["splitting"] * 9, 0.005)], ignore_index=True),
+        "weight_decays": (0.0, 0.005)}),
+    "simple": Claimed(sorting.simple_modes, lambda: {"final": runs(["splitting"] * 10 + ["copy_suppression"] * 8)}),
+    "copy-suppression": Claimed(sorting.copy_suppression_found,
+                                lambda: {"final": runs(["copy_suppression"] * 8 + ["splitting"] * 10)}),
+    "gap": Claimed(sorting.gap_decides_mode, gap_claim_inputs),
+}
+
+
+def test_every_column_a_claim_reads_is_in_its_test_inputs():
+    # the LLC claim reads traced runs, not tables: test_a_missing_input_of_a_traced_run_makes_… below
+    assert_all_covered(CLAIMS, sorting, elsewhere=frozenset({"llc_rises_then_falls"}))
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS))
+def test_a_missing_value_in_any_input_column_makes_the_claim_not_testable(name, table, column, rows, value):
+    """The sweep that found `learns_to_sort` (every accuracy NaN) and `simple_modes` (a mode missing) saying
+    "not reproduced" with power 0.99 and 0.87."""
+    assert_missing_is_untestable(CLAIMS[name], FAST, table, column, rows, value)
+
+
+@pytest.mark.parametrize("name, table, column, rows, value", cases(CLAIMS, nullable=True))
+def test_a_missing_value_that_is_data_is_read_as_such(name, table, column, rows, value):
+    finding, status = judged(CLAIMS[name], FAST, table, column, rows, value)
+    assert status == judged(CLAIMS[name], FAST)[1] and "missing input" not in finding.untestable
+
+
+def test_a_missing_input_among_unlearned_runs_is_not_read():
+    """The mode claims count the learned runs: an unlearned run's mode is never read, its accuracy always."""
+    final = runs(["splitting"] * 10 + ["copy_suppression"] * 8).assign(val_accuracy=[0.3] + [0.99] * 17)
+    assert alone(sorting.simple_modes(with_missing(final, "mode", [0], None), RULES)).status == "reproduced"
+    assert alone(sorting.simple_modes(with_missing(final, "mode", [1], None), RULES)).status == "not testable"
+
+
+@pytest.mark.parametrize("entry", ["p_value", "per_decay", "simulated_p"])
+@pytest.mark.parametrize("value", [math.nan, None])
+def test_a_missing_number_of_the_gap_test_makes_it_not_testable(entry, value):
+    inputs = gap_claim_inputs()
+    test = inputs["test"]
+    if entry == "per_decay":
+        test["per_decay"][0]["chi2"] = value
+    elif entry == "simulated_p":
+        test["simulated_p"][3] = value
+    else:
+        test["p_value"] = value
+    found = alone(sorting.gap_decides_mode(**inputs, rules=FAST), FAST)
+    assert found.status == "not testable" and "a missing input: the gap test's" in found.evidence
+    weight_decays = {"final": runs(["splitting"] * 9), "weight_decays": (0.0, math.nan), "rules": RULES}
+    assert sorting.splitting_with_and_without_decay(**weight_decays).untestable == \
+        "a missing input: a weight decay of the plan is missing"
+
+
+def test_a_missing_input_of_a_traced_run_makes_the_llc_claim_not_testable():
+    runs_ = [traced(RISE_FALL, seed=s) for s in range(4)]
+    assert alone(sorting.llc_rises_then_falls(runs_, RULES)).status == "reproduced"
+    for part, column, value in (("loss", "weight_decay", math.nan), ("loss", "seed", math.nan),
+                                ("llc", "step", math.nan), ("llc", "weights", None), ("llc", "data", None)):
+        for rows in ([2], None):
+            broken = replace(runs_[0], **{part: with_missing(getattr(runs_[0], part), column, rows, value)})
+            found = alone(sorting.llc_rises_then_falls([broken, *runs_[1:]], RULES))
+            assert found.status == "not testable", (part, column)
+            assert f"a missing input: {column} in the " in found.evidence, (part, column)
+    lost_peak = replace(runs_[0], peak=math.nan)
+    assert "a missing input: the peak λ̂ of traced run r0-0 is missing" in \
+        alone(sorting.llc_rises_then_falls([lost_peak, *runs_[1:]], RULES)).evidence
+    # a checkpoint without a standard error is invalid, so left out: data, not a missing input
+    no_se = traced(RISE_FALL, se=[10.0] * 3 + [math.nan] + [10.0] * 4, seed=9)
+    assert no_se.excluded[10] == "no standard error recorded" and run_test(no_se, RULES).unusable == ""
+    found = alone(sorting.llc_rises_then_falls([no_se, *runs_[1:]], RULES))
+    assert found.status == "reproduced" and "missing input" not in found.evidence
+
+
+def test_a_run_whose_rise_or_fall_has_no_p_value_is_left_out():
+    """A standard error of 0 leaves no noise to weigh the rise against: its p is NaN (never 0), and the run
+    is unusable, named, never counted."""
+    flat = traced(RISE_FALL, se=0.0, seed=7)
+    assert math.isnan(flat.p_rise) and math.isnan(flat.p_fall) and not flat.rises_then_falls
+    assert run_test(flat, RULES).unusable.startswith("its rise or fall has no p-value")
+    found = alone(sorting.llc_rises_then_falls([flat], RULES))
+    assert found.status == "not testable" and "no traced run has a valid LLC curve" in found.evidence
+    kept = alone(sorting.llc_rises_then_falls([flat] + [traced(RISE_FALL, seed=s) for s in range(4)], RULES))
+    assert kept.status == "reproduced" and "1 of 5 traced runs unusable" in kept.evidence
+
+
+def test_the_llc_claim_states_the_bias_its_runs_were_weighed_with():
+    """`llc_rises_then_falls` used to take the bias as a separate flag and report it as added to the
+    uncertainty even when the runs' tests had been computed without it; now each Development carries the
+    bias its p-values weighed, and the verdict and each run's power read it there."""
+    plain = [traced(RISE_FALL, seed=s) for s in range(4)]
+    biased = [traced(RISE_FALL, seed=s, bias=0.05) for s in range(4)]
+    assert "LLC estimator bias not measured (taken as 0)" in alone(sorting.llc_rises_then_falls(plain, RULES)).evidence
+    assert "LLC estimator bias 5% of each λ̂, added to its uncertainty" in \
+        alone(sorting.llc_rises_then_falls(biased, RULES)).evidence
+    mixed = alone(sorting.llc_rises_then_falls([plain[0], biased[1]], RULES)).evidence
+    assert "estimator bias not measured (taken as 0) for run(s) r0-0; estimator bias 5% of each λ̂, added to its " \
+           "uncertainty for run(s) r1-0" in mixed
+    assert biased[0].p_fall > plain[0].p_fall and run_test(biased[0], RULES).power < run_test(plain[0], RULES).power
+    assert traced(RISE_FALL, bias=0.0).bias == 0.0 and math.isnan(plain[0].bias)

@@ -31,14 +31,45 @@ def stop_signal(stop: KeyboardInterrupt) -> int:
     return stop.signum if isinstance(stop, Stopped) else signal.SIGINT
 
 
+# The stop under way in this process: the first stop signal's number (None: none yet) and how many came after it.
+# Once a stop is under way, a repeated signal (a scheduler sends SIGTERM again before it kills) is counted, never
+# raised, so that it cannot cut the save short; the CLI starts each command with none (`reset_stop`).
+_STOP = {"signum": None, "repeats": 0}
+
+
+def reset_stop() -> None:
+    """No stop under way: a new command starts."""
+    _STOP.update(signum=None, repeats=0)
+
+
+def note_stop(signum: int) -> bool:
+    """Record stop signal `signum`; True when it is the first (the stop starts now), False when a stop was already
+    under way (the signal is counted, `repeated_stops`)."""
+    if _STOP["signum"] is None:
+        _STOP["signum"] = signum
+        return True
+    _STOP["repeats"] += 1
+    return False
+
+
+def repeated_stops() -> int:
+    """The stop signals that came after the first while the process stopped."""
+    return _STOP["repeats"]
+
+
 class Interrupted(Exception):
     """Training stopped on request (Ctrl-C, or `signum` such as SIGTERM); the state at `step` is saved and
-    can be resumed."""
+    can be resumed. `repeats`: further stop signals that came while it saved (noted, not obeyed)."""
 
-    def __init__(self, step: int, signum: int = signal.SIGINT) -> None:
+    def __init__(self, step: int, signum: int = signal.SIGINT, repeats: int = 0) -> None:
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        super().__init__(f"{how} at step {step}; run the same command again to resume")
-        self.step, self.signum = step, signum
+        noted = f" (saved; {repeats} more stop signal(s) while saving were noted)" if repeats else ""
+        super().__init__(f"{how} at step {step}{noted}; run the same command again to resume")
+        self.step, self.signum, self.repeats = step, signum, repeats
+
+    def __reduce__(self) -> tuple[type, tuple[int, int, int]]:
+        """Pickle by the constructor's arguments (a Ray task's error travels to the driver pickled)."""
+        return type(self), (self.step, self.signum, self.repeats)
 
     @property
     def status(self) -> int:

@@ -45,8 +45,25 @@ MAX_PROMPT_HOPS = 64
 MAX_PROMPT_CHAINS = 64
 MAX_QUESTIONS = 200_000
 MAX_REPLY_TOKENS = 4096  # `--max-tokens`: a reply to a one-word question
-# HTTP: an hour per request; 10 retries wait 1, 2, 4, … s, each at most MAX_BACKOFF_S (about 5 minutes in all).
+# Characters of prompt text one run draws (every question's body, projected from one question per formulation and
+# hop count): drawn at about 0.2 M characters a second (measured on 2 shared cores: about 8 minutes at the limit),
+# held in memory with their records at up to 27 bytes a character (2.7 GB) and written to questions.jsonl at up to
+# 7 bytes a character (700 MB). The defaults draw about 18 M.
+MAX_PROMPT_CHARACTERS = 10**8
+# HTTP: an hour per request (its deadline: connecting, sending, waiting and reading the whole reply); 10 retries
+# wait 1, 2, 4, … s, each at most MAX_BACKOFF_S (about 5 minutes in all).
 MAX_TIMEOUT_S = 3600.0
+# A server's reply, read in pieces and refused beyond this before it is parsed: the largest a scoring request gets
+# echoes the longest prompt headway renders (23,000 characters: F2, 40 hops × 24 chains; under 10,000 tokens) at
+# about 100 bytes a token with its log-probabilities, 1 MB; 16 MiB is 16 times that (4 GiB with 256 requests in
+# flight, the most).
+MAX_REPLY_BYTES = 16 * 2**20
+# A token's log-probability from a server below this is nonsense, refused: it is the token's logit less the
+# log-sum-exp of all logits, so it is at least minus their spread, tens of nats in real models (a 32-bit float
+# probability is 0 below -104); -1e4 is 100 times past that.
+MIN_TOKEN_LOGPROB = -1e4
+# A served model's name: it keys the response cache and is printed in every report.
+MAX_MODEL_NAME = 1024
 MAX_RETRIES = 10
 MAX_BACKOFF_S = 60.0
 MAX_CONCURRENCY = 256  # requests in flight, one thread each
@@ -56,3 +73,22 @@ MAX_RAY_CPUS = 1024.0
 MAX_RAY_GPUS = 64.0
 MAX_RAY_RETRIES = 100
 MAX_RAY_MEMORY = 2**50  # bytes: 1 PiB, beyond any node
+# Files headway reads back, bounded from what precedes their contents, before anything is decoded
+# (`headway.runs.layout`, `headway.runs.checkpoints`):
+# JSON: a config.json lists about 0.9 KB per run and a summary.json 1.5 KB, so 15 MB at MAX_RUNS runs.
+MAX_JSON_BYTES = 64 * 2**20
+# JSON nesting: headway's files nest at most 5 deep (a study's summary.json); Python's parser recurses once per
+# level and stops at its recursion limit (about 1000 levels), so a hand-made file 100,000 deep is read no further.
+MAX_JSON_DEPTH = 32
+# Characters of one JSON number: headway writes a float in at most 24 and its integers in at most 20 (64 bits);
+# Python refuses to convert an integer of more than 4300 digits, and a longer float literal is only rounding.
+MAX_JSON_NUMBER = 100
+# Parquet: the footer (schema, row groups, metadata) is read before any value; headway's are a few KB.
+MAX_PARQUET_FOOTER = 16 * 2**20
+# A table is decoded whole into memory (8 bytes per row per column, plus its strings and lists, estimated from the
+# footer): over 3000x the largest committed under results/ (1.2 MB). An ensemble's metrics are also bounded by the
+# rows its runs log (`headway.runs.metrics`) and a study's tables by the columns it declares.
+MAX_TABLE_BYTES = 4 * 2**30
+# safetensors: the JSON header before the tensors names each tensor with its dtype, shape and offsets (about 100
+# bytes each) and holds the file's metadata (a study's run ids: 13 bytes a run); the library itself allows 100 MB.
+MAX_SAFETENSORS_HEADER = 16 * 2**20

@@ -12,7 +12,7 @@ import pandas as pd
 
 from headway.analysis.llc.validity import invalid_reasons
 from headway.analysis.stages import label_stages, stage_boundaries
-from headway.analysis.statistics import normal_tail
+from headway.analysis.statistics import normal_tail, z_score
 
 
 def trace_steps(saved: list[int], count: int) -> list[int]:
@@ -45,6 +45,7 @@ class Development:
     start: float = float("nan")  # its whole-model LLC
     p_rise: float = float("nan")  # one-sided p that the peak is above the start only by noise (z-test, see development)
     p_fall: float = float("nan")  # ... that the final value is below the peak only by noise
+    bias: float = float("nan")  # the estimator's relative bias weighed into both (NaN: not measured, weighed as 0)
 
     def summary(self, title: str) -> dict:
         """The JSON view of summary.json."""
@@ -63,6 +64,11 @@ class Development:
                          + f": {reason}" for reason, steps in reasons.items())
 
 
+def applied_bias(bias: float) -> float:
+    """The estimator's relative bias as the LLC tests weigh it: the measured value, 0 when not measured (NaN)."""
+    return 0.0 if math.isnan(bias) else bias
+
+
 def valid_llc(whole: pd.DataFrame) -> pd.Series:
     """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): the sampler checks
     of `headway.analysis.llc.validity.invalid_reasons` (λ̂ ≤ 0 or undefined, no standard error recorded, a
@@ -72,14 +78,15 @@ def valid_llc(whole: pd.DataFrame) -> pd.Series:
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, significant: float = 2.0,
-                bias: float = 0.0) -> Development:
+                bias: float = math.nan) -> Development:
     """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
     are read from the valid checkpoints only (`valid_llc`): the peak must be above the first valid
     checkpoint and the last valid one below it, each by `fall` of the peak and by `significant` times the
     uncertainty of the difference, which adds to the two standard errors (`llc_se`, sampling noise) the
-    estimator's relative `bias` (measured on models of known LLC) of each value; no valid checkpoint before
-    the peak means no rise. `p_rise` and `p_fall` are the one-sided normal p-values of the two differences
-    over that uncertainty."""
+    estimator's relative `bias` (measured on models of known LLC; NaN: not measured, weighed as 0, and
+    recorded as the Development's `bias` either way) of each value; no valid checkpoint before the peak means
+    no rise. `p_rise` and `p_fall` are the one-sided normal p-values of the two differences over that
+    uncertainty (NaN where it is 0: `z_score`)."""
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == "all"].sort_values("step")
@@ -93,15 +100,16 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     messages = sorted({w for w in llc.warnings if w})
     if not valid.any():
         return Development(run_id, loss, llc, boundaries, stages, -1, float("nan"), float("nan"), False, messages,
-                           excluded)
+                           excluded, bias=bias)
     se = whole.llc_se.to_numpy(dtype=float)
     index = np.flatnonzero(valid)
     first, last, peak = index[0], index[-1], index[np.argmax(values[index])]
 
+    weight = applied_bias(bias)
+
     def z(high: int, low: int) -> float:
-        noise = math.sqrt(se[high] ** 2 + se[low] ** 2 + (bias * values[high]) ** 2 + (bias * values[low]) ** 2)
-        gap = values[high] - values[low]
-        return gap / noise if noise > 0 else (math.inf if gap > 0 else -math.inf if gap < 0 else 0.0)
+        noise = math.sqrt(se[high] ** 2 + se[low] ** 2 + (weight * values[high]) ** 2 + (weight * values[low]) ** 2)
+        return z_score(values[high] - values[low], noise)
 
     def clear(high: int, low: int) -> bool:
         return bool(values[high] - values[low] >= fall * values[peak] and z(high, low) > significant)
@@ -112,4 +120,4 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     p_fall = normal_tail(z(peak, last)) if peak < last else 1.0
     return Development(run_id, loss, llc, boundaries, stages, int(steps[peak]), float(values[peak]),
                        float(values[last]), holds, messages, excluded, int(steps[first]), float(values[first]),
-                       p_rise, p_fall)
+                       p_rise, p_fall, bias)

@@ -9,10 +9,12 @@ import click
 
 from headway.cli.options import (OutputPath, check_training_memory, memory_check_options, parse_values,
                                  renamed_options)
+from headway.runs import layout
+from headway.runs.owner import DEMO, claim
 
 
 @click.command()
-@click.option("--out", type=OutputPath(folder=True), default=Path("runs/demo"),
+@click.option("--out", type=OutputPath(folder=True, kind=DEMO), default=Path("runs/demo"),
               show_default=True, help="Sweep directory; re-running reuses finished runs.")
 @click.option("--layers", default="1,2", show_default=True, help="Layer counts to train.")
 @click.option("--hops", default="1,2", show_default=True, help="Hop counts D to train on.")
@@ -46,15 +48,19 @@ def demo(out: Path, layers: str, hops: str, seed: str, vocab: int | None, chains
     runs = expand_grid({**base, **given}, axes)
     composing = expand_grid({**base, **COMPOSE_CELL, **given}, {"seed": axes["seed"]}) if compose else []
     check_training_memory(runs + composing, LocalExecutor(), device, memory_check)
-    click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
-               f"seeds {axes['seed']}){f' and {len(composing)} composing runs' if composing else ''} into {out}",
-               err=True)
-    trained = train_runs(runs + composing, out, device=device)
+
+    def start() -> None:  # the command is accepted: its folder is claimed, and the work announced
+        claim(out, DEMO)
+        click.echo(f"training {len(runs)} runs (layers {axes['layers']} × hops {axes['hops']} × "
+                   f"seeds {axes['seed']}){f' and {len(composing)} composing runs' if composing else ''} into {out}",
+                   err=True)
+
+    trained = train_runs(runs + composing, out, device=device, on_start=start)
     metrics = trained[trained.run_id.isin({run.run_id for run in runs})]
     table = depth_table(metrics)
     figure = plot_depth(table, out / "depth_accuracy.png",
                         title=f"headway demo: accuracy vs depth\n{describe_formulation(metrics.iloc[0])}")
-    table.to_csv(out / "depth_table.csv", index=False)
+    layout.write_text(out / "depth_table.csv", table.to_csv(index=False))
     click.echo("\nFinal-hop validation accuracy (mean over seeds, min–max):")
     for row in table.itertuples():
         click.echo(f"  D={row.hops}  layers={row.layers}  acc={row.accuracy:.3f} "

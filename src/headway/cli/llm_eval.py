@@ -15,6 +15,7 @@ from headway.errors import stop_signal
 from headway.limits import MAX_REPLY_TOKENS
 from headway.llm.backend import BACKENDS
 from headway.llm.scoring import SCORINGS
+from headway.runs.owner import LLM_EVAL
 
 if TYPE_CHECKING:  # pandas and the backends load when the command runs, not when its options are parsed
     import pandas as pd
@@ -30,12 +31,13 @@ if TYPE_CHECKING:  # pandas and the backends load when the command runs, not whe
               help="loglik: options by log-likelihood (acc, acc_norm); generate: parse a chat reply; both.")
 @click.option("--max-tokens", type=click.IntRange(min=1, max=MAX_REPLY_TOKENS), default=24, show_default=True,
               help="Reply length in generate mode.")
-@click.option("--out", type=OutputPath(folder=True), required=True,
+@click.option("--out", type=OutputPath(folder=True, kind=LLM_EVAL), required=True,
               help="Output folder; re-running resumes from its response cache.")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", default=None,
               help="http: the server's base URL [env OPENAI_BASE_URL; default http://127.0.0.1:8000/v1].")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="http: API key [env OPENAI_API_KEY].")
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="http: seconds per request.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="http: deadline of each request in seconds, the whole of it (reading the reply included).")
 @click.option("--retries", type=int, default=3, show_default=True, help="http: retries with exponential backoff.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="http: requests in flight at once.")
 @click.option("--device", default="cpu", show_default=True, help="hf: cpu, cuda, cuda:1, …")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 import click
 
 from headway.errors import (INTERRUPT_EXIT, IO_EXIT, STOP_SIGNALS, TIME_LIMIT_EXIT, ConfigError, Interrupted,
-                            JobsFailed, Stopped, stop_signal)
+                            JobsFailed, Stopped, note_stop, reset_stop, stop_signal)
 
 __all__ = ["IO_EXIT", "TIME_LIMIT_EXIT", "cli", "main"]
 
@@ -65,7 +66,9 @@ def cli() -> None:
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """While the block runs, Ctrl-C, SIGTERM and SIGHUP raise `Stopped` (training handles all three itself and
-    saves first); on the main thread only, as Python requires. A SIGINT that the parent ignores stays ignored.
+    saves first); on the main thread only, as Python requires. A SIGINT that the parent ignores stays ignored. Once
+    a stop is under way, a repeated signal is only counted (`headway.errors.note_stop`): it never cuts short the
+    save or the unwinding the first one started.
 
     Ctrl-C raises `Stopped`, not Python's own KeyboardInterrupt: CPython marks a bare KeyboardInterrupt raised
     inside `exec` of a string (dataclasses build their methods so) as unhandled, and `python -m` then ends by
@@ -77,6 +80,8 @@ def stop_signals() -> Iterator[None]:
         return
 
     def stop(signum: int, frame: object) -> None:
+        if not note_stop(signum):  # a stop is under way (saving, or unwinding): a repeated signal is only counted
+            return
         if _importing():
             click.echo(_stop_line(signum), err=True)
             sys.stderr.flush()
@@ -110,6 +115,7 @@ def _stop_line(signum: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; map user errors to one line on stderr and exit status 2, and every stop and fault the
     command cannot go on from to one line and its status."""
+    reset_stop()
     try:
         with stop_signals():
             return _run(sys.argv[1:] if argv is None else list(argv))
@@ -117,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         signum = stop_signal(stop)
         click.echo(_stop_line(signum), err=True)
         return 128 + signum
+    finally:
+        if argv is None:  # the process ends with the status decided: a stop signal now must not end it otherwise
+            for signum in STOP_SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
 
 
 def _run(args: list[str]) -> int:
@@ -150,11 +160,37 @@ def _run(args: list[str]) -> int:
         click.echo(f"headway: error: {_one_line(err.strerror or str(err))}{where}; fix that (e.g. free disk space) "
                    "and run the same command again: everything saved so far is kept", err=True)
         return IO_EXIT
-    except MemoryError:
-        click.echo("headway: error: out of memory; lower the sizes of the command (docs/cli.md#limits) and run it "
-                   "again: everything saved so far is kept", err=True)
-        return 1
+    except MemoryError:  # Python's, and numpy's (_ArrayMemoryError)
+        return _out_of_memory()
+    except RuntimeError as err:  # torch's allocators raise RuntimeError (OutOfMemoryError on CUDA), told by message
+        if not _allocator_failure(err):
+            raise
+        return _out_of_memory()
     return 0
+
+
+# What torch's allocators say when they cannot allocate: the CPU allocator, CUDA's caching allocator and a CUDA
+# call that ran out, cuBLAS's workspace, and Apple's MPS. Nothing else is taken for a lack of memory.
+ALLOCATOR_FAILURES = re.compile(r"DefaultCPUAllocator: can't allocate memory|CUDA out of memory|"
+                                r"CUDA error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|MPS backend out of memory")
+
+
+def _allocator_failure(err: BaseException) -> bool:
+    """Whether `err`, or an error it was raised from (torch.compile wraps what fails inside it), is an
+    allocator's failure to allocate."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, RuntimeError) and ALLOCATOR_FAILURES.search(str(seen)):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _out_of_memory() -> int:
+    """Print the one line of a lack of memory (docs/cli.md, Exit statuses) and return its status, 1."""
+    click.echo("headway: error: out of memory; lower the sizes of the command (docs/cli.md#limits) and run it "
+               "again: everything saved so far is kept", err=True)
+    return 1
 
 
 def _one_line(text: str) -> str:

@@ -22,6 +22,11 @@ if TYPE_CHECKING:  # the prompt questions (numpy) load with the commands that as
 
 TRUE = ("true", "yes", "on", "1")
 FALSE = ("false", "no", "off", "0")
+# Bounds on an integer's spelling, so that `1e999999999` or a 100,000-digit number is refused at once instead of
+# being spelt out: its length in characters, and its decimal exponent (a float's largest, the bound integers had
+# when they were read as floats; each setting's own range refuses the large values that pass).
+MAX_NUMBER_TEXT = 400
+MAX_EXPONENT = 308
 
 
 def parse_value(name: str, text: str, kind: type) -> Any:
@@ -38,16 +43,29 @@ def parse_value(name: str, text: str, kind: type) -> Any:
         return None
     try:
         if kind is int:
-            value = float(text)  # accept 2e4 and 1024 alike, but only whole numbers
-            if not value.is_integer():
-                raise ValueError
-            return int(value)
+            return whole_number(text)
         value = kind(text)
     except ValueError:
         raise ConfigError(f"{flag} got {text!r}; expected {'an integer' if kind is int else 'a number'}") from None
     if kind is float and not math.isfinite(value):
         raise ConfigError(f"{flag} got {text!r}; expected a finite number")
     return value
+
+
+def whole_number(text: str) -> int:
+    """The integer `text` spells exactly: `2`, `2.0`, `2e4`; ValueError for anything whose decimal value is not a
+    whole number (`2.5`, `2.0000000000000001`, which a float would round to 2) or not finite."""
+    from decimal import Decimal, InvalidOperation
+
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ValueError(text)
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(text) from None
+    if not value.is_finite() or value.adjusted() > MAX_EXPONENT or value != value.to_integral_value():
+        raise ValueError(text)
+    return int(value)
 
 
 def parse_values(name: str, text: str, kind: type) -> list[Any]:
@@ -83,23 +101,39 @@ def check_distinct(flag: str, values: list[Any]) -> list[Any]:
 
 
 class OutputPath(click.Path):
-    """A path a command writes to, checked when parsed: not empty, and a folder (or file) that exists
-    and is writable, or that can be created (its nearest existing parent a writable folder, not a file)."""
+    """A path a command writes to, checked when parsed (docs/cli.md#output-paths): not empty, all UTF-8, no
+    symlink loop, not a device, FIFO or socket, and a folder (or file) that exists and is writable, or that can be
+    created; a folder of `kind` must be new, empty or one a command of that kind wrote (`headway.runs.owner`), and
+    a file must lie outside every folder a command owns. A symlink is followed: the path given back is where the
+    write lands, the link's target (the link stays)."""
 
-    def __init__(self, folder: bool) -> None:
-        """`folder`: the path names a folder to write into, else a file."""
+    def __init__(self, folder: bool, kind: str | None = None) -> None:
+        """`folder`: the path names a folder to write into, else a file; `kind`: the kind of folder the command
+        writes (`headway.runs.owner`; None for a file)."""
         super().__init__(file_okay=not folder, dir_okay=folder, path_type=Path)
-        self.folder = folder
+        self.folder, self.kind = folder, kind
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
-        """The path, or a one-line refusal naming the option and what is wrong with it."""
+        """Where the write lands, or a one-line refusal naming the option and what is wrong with the path."""
+        from headway.runs.owner import owner_problem
+        from headway.files import landing, shown, special_problem, text_problem
+
         if isinstance(value, str) and not value.strip():
             self.fail(f"the path is empty; give a {'folder' if self.folder else 'file'}", param, ctx)
-        path = Path(super().convert(value, param, ctx))
-        problem = writable_problem(path)
+        problem = text_problem(value)
         if problem:
             self.fail(problem, param, ctx)
-        return path
+        path = target = Path(super().convert(value, param, ctx))
+        try:
+            target = landing(path)
+            problem = special_problem(target) or writable_problem(target) or owner_problem(target, self.kind)
+        except ConfigError as err:
+            problem = str(err)
+        except OSError as err:  # a folder on the way that cannot be listed
+            problem = f"{shown(path)} cannot be reached ({err.strerror})"
+        if problem:
+            self.fail(problem if target == path else f"{shown(path)} leads to {shown(target)}: {problem}", param, ctx)
+        return target
 
 
 def writable_problem(path: Path) -> str | None:
@@ -262,13 +296,14 @@ def pop_compute(values: dict[str, Any]) -> ComputeSettings:
                            attention_kernel=values.pop("attention_kernel"))
 
 
-def check_compute(compute: ComputeSettings, executor: Executor, device: str) -> None:
+def check_compute(compute: ComputeSettings, executor: Executor, device: str, here: bool = True) -> None:
     """Refuse, before anything runs, compute settings the device cannot take (tf32 or CUDA graphs on a
-    CPU); under a cluster executor each worker resolves its own device, so nothing is checked here."""
+    CPU); under a cluster executor each worker resolves its own device, so nothing is checked here. `here` False
+    (a dry run, which may plan for another machine): the device must be one, not necessarily this machine's."""
     from headway.execution.devices import resolve_device
 
     if executor.name == "local":
-        compute.describe(resolve_device(device))
+        compute.describe(resolve_device(device, here))
 
 
 def memory_check_params() -> list[click.Option]:

@@ -17,6 +17,7 @@ from headway.cli.options import (OutputPath, check_compute, check_distinct, chec
                                  time_limit_params)
 from headway.errors import ConfigError
 from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
+from headway.runs.owner import study_kind
 from headway.settings import check_choice, check_int, field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
@@ -87,7 +88,8 @@ def study_command(cls: type[Study]) -> click.Command:
         runs = plan.runs()
         if len(runs) > MAX_RUNS:
             raise ConfigError(f"the study's grids hold {len(runs)} runs; one command trains at most {MAX_RUNS}")
-        if dry_run:
+        if dry_run:  # it joins no cluster, and may plan for another machine: the device need not be this one's
+            check_compute(compute, executor, device, here=False)
             _describe(plan, max_ensemble)
             return
         executor.prepare(device)
@@ -103,7 +105,7 @@ def study_command(cls: type[Study]) -> click.Command:
     params = [
         click.Option(["--scale"], type=click.Choice(cls.scales), default=cls.scales[0], show_default=True,
                      help="Named scale of the plan (docs: " + (cls.doc or "docs/cli.md") + ")."),
-        click.Option(["--out"], type=OutputPath(folder=True), required=True,
+        click.Option(["--out"], type=OutputPath(folder=True, kind=study_kind(cls.name)), required=True,
                      help="Study folder; re-running reuses trained runs and finished analyses."),
         click.Option(["--device"], default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …"),
         *executor_params(),

@@ -14,6 +14,7 @@ from headway.cli.options import (OutputPath, check_compute, check_training_memor
                                  pop_executor, renamed_options, sweep_options, time_limit_options)
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
+from headway.runs.owner import TRAIN, claim
 from headway.settings import field_types
 from headway.tasks.registry import DEFAULT_TASK, TASKS, scale_settings, setting_types
 
@@ -35,7 +36,7 @@ def _scale_help() -> str:
 
 
 @click.command()
-@click.option("--out", type=OutputPath(folder=True), required=True,
+@click.option("--out", type=OutputPath(folder=True, kind=TRAIN), required=True,
               help="Sweep directory (one sub-directory per ensemble); re-running resumes.")
 @click.option("--task", type=click.Choice(TASKS.names()), default=DEFAULT_TASK, show_default=True, help=_task_help())
 @click.option("--scale", default=None, help=_scale_help())
@@ -75,7 +76,11 @@ def train(out: Path, task: str, scale: str | None, device: str, progress: bool, 
     axes = {name: parse_values(name, text, SETTINGS[name]) for name, text in settings.items() if text is not None}
     runs = expand_grid(base, axes)
     check_training_memory(runs, executor, device, memory_check)
-    click.echo(f"{len(runs)} run(s) → {out}", err=True)
+
+    def start() -> None:  # the command is accepted: its folder is claimed, and the work announced
+        claim(out, TRAIN)
+        click.echo(f"{len(runs)} run(s) → {out}", err=True)
+
     train_runs(runs, out, device=device, progress=progress, executor=executor, compute=compute,
-               deadline=deadline, max_ensemble=max_ensemble)
+               deadline=deadline, max_ensemble=max_ensemble, on_start=start)
     click.echo(summary_table(load_summary(out)))

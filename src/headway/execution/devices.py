@@ -7,17 +7,18 @@ import torch
 from headway.errors import ConfigError
 
 
-def resolve_device(device: str) -> torch.device:
-    """`auto` picks the GPU when there is one, else the CPU; anything unusable is refused."""
+def resolve_device(device: str, here: bool = True) -> torch.device:
+    """`auto` picks the GPU when there is one, else the CPU; anything unusable is refused. `here` False (a dry run,
+    which may plan for another machine): a CUDA device this machine lacks is taken as it is."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
         target = torch.device(device)
     except RuntimeError:
         raise ConfigError(f"device = {device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if target.type == "cuda" and not torch.cuda.is_available():
+    if target.type == "cuda" and here and not torch.cuda.is_available():
         raise ConfigError(f"device = {device!r} but no CUDA GPU is available here; use auto or cpu")
-    if target.type == "cuda" and (target.index or 0) >= torch.cuda.device_count():
+    if target.type == "cuda" and here and (target.index or 0) >= torch.cuda.device_count():
         raise ConfigError(f"device = {device!r} but this machine has {torch.cuda.device_count()} GPU(s); "
                           f"use cuda:0 … cuda:{torch.cuda.device_count() - 1}")
     if target.type not in ("cpu", "cuda"):

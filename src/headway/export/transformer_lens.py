@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,14 @@ from torch import Tensor
 
 from headway.errors import ConfigError
 from headway.export.tokens import TokenMap, token_map
-from headway.model.config import LensConfig
+from headway.limits import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_MLP, MAX_STEPS, MAX_WIDTH
+from headway.model.config import ATTENTION_KINDS, LensConfig
+from headway.recipe import LOSSES
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps
 from headway.runs.config import RunConfig
 from headway.runs.store import find_run, load_model, load_runs
+from headway.settings import is_integer
 
 _INSTALL = "pip install 'headway[tl]' (TransformerLens 4.x)"
 CONFIG_FILE = "config.json"  # TransformerBridgeConfig fields (TransformerLens 4.x)
@@ -176,21 +179,93 @@ def load_export(folder: Path | str, device: str | torch.device = "cpu") -> Trans
     """A folder from `write_export` as a TransformerLensExport (TransformerLens 4.x)."""
     from safetensors.torch import load
 
+    from safetensors import SafetensorError
+
     folder = Path(folder)
     if not (folder / HEADWAY_FILE).is_file():
         raise ConfigError(f"{folder} is not a TransformerLens export (no {HEADWAY_FILE})")
-    meta = layout.read_json(folder / HEADWAY_FILE)
-    checksums = meta.get("checksums")
-    if not isinstance(checksums, dict) or not {CONFIG_FILE, WEIGHTS_FILE} <= checksums.keys():
-        raise layout.damaged(folder / HEADWAY_FILE, f"no checksums of {CONFIG_FILE} and {WEIGHTS_FILE} in it")
-    config = json.loads(layout.read_text(folder / CONFIG_FILE, checksums[CONFIG_FILE]))
-    weights = load(layout.read_bytes(folder / WEIGHTS_FILE, checksums[WEIGHTS_FILE]))
+    meta = _export_meta(folder / HEADWAY_FILE)
+    checksums = meta["checksums"]
+    config = _lens_config(folder / CONFIG_FILE, layout.parse_json(
+        folder / CONFIG_FILE, layout.read_text(folder / CONFIG_FILE, checksums[CONFIG_FILE])))
+    token_map = TokenMap(**meta["token_map"])
+    d_out = meta.get("d_out", config["d_vocab_out"])
+    if token_map.d_vocab != config["d_vocab"] or not d_out <= config["d_vocab_out"]:
+        raise layout.damaged(folder / HEADWAY_FILE, f"its token map ({token_map.d_vocab} ids) and {d_out} outputs do "
+                                                    f"not fit {CONFIG_FILE} (d_vocab {config['d_vocab']}, "
+                                                    f"d_vocab_out {config['d_vocab_out']})")
+    try:
+        weights = load(layout.read_bytes(folder / WEIGHTS_FILE, checksums[WEIGHTS_FILE]))
+    except SafetensorError as err:
+        raise layout.damaged(folder / WEIGHTS_FILE, f"not a readable safetensors file: {err}") from None
+    held = sum(tensor.numel() for tensor in weights.values())
+    if _lens_weights(config) > held:
+        raise layout.damaged(folder / WEIGHTS_FILE, f"it holds {held} weights; {CONFIG_FILE} describes a model of "
+                                                    f"at least {_lens_weights(config)}")
     import transformer_lens.model_bridge.sources.native  # noqa: F401 - attaches boot_native
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
 
     model = TransformerBridge.boot_native(
         TransformerBridgeConfig(**config, architecture="TransformerLensNative", init_weights=False), device=device)
+    expected = {name: (tensor.dtype, tuple(tensor.shape)) for name, tensor in model.state_dict().items()}
+    found = {name: (tensor.dtype, tuple(tensor.shape)) for name, tensor in weights.items()}
+    if found != expected:
+        wrong = sorted(set(found) ^ set(expected)) or sorted(n for n in found if found[n] != expected[n])
+        raise layout.damaged(folder / WEIGHTS_FILE, f"not the tensors the model of {CONFIG_FILE} holds (first "
+                                                    f"difference: {wrong[0]})")
     model.load_state_dict({name: tensor.to(device) for name, tensor in weights.items()}, strict=True)
-    return TransformerLensExport(model, config, TokenMap(**meta["token_map"]), meta["readout_positions"],
-                                 meta["loss"], meta["run_id"], meta["step"], meta.get("d_out", config["d_vocab_out"]))
+    return TransformerLensExport(model, config, token_map, meta["readout_positions"], meta["loss"], meta["run_id"],
+                                 meta["step"], d_out)
+
+
+_MAX_IDS = 2**31 - 1  # input ids or outputs of an export; its weights file bounds them further (`_lens_weights`)
+MAX_SLOTS = 64  # token slots at one position (a task's layout uses at most 3)
+# What write_export puts in headway.json, by key: whether a value is of its kind (d_out: from TransformerLens 4.3).
+_META = {"run_id": lambda v: isinstance(v, str), "step": lambda v: is_integer(v) and 0 <= v <= MAX_STEPS,
+         "loss": lambda v: v in LOSSES, "readout_positions": lambda v: is_integer(v) and 1 <= v <= MAX_CONTEXT,
+         "d_out": lambda v: is_integer(v) and 1 <= v <= _MAX_IDS,
+         "token_map": lambda v: isinstance(v, dict) and {"slots", "slot_vocab", "slot_axis"} <= set(v)
+         <= {f.name for f in fields(TokenMap)} and isinstance(v["slot_axis"], bool)
+         and is_integer(v["slots"]) and 1 <= v["slots"] <= MAX_SLOTS
+         and all(is_integer(v.get(k, 0)) and 0 <= v.get(k, 0) <= _MAX_IDS for k in ("slot_vocab", "offset")),
+         "checksums": lambda v: isinstance(v, dict) and {CONFIG_FILE, WEIGHTS_FILE} <= v.keys()
+         and all(isinstance(x, str) for x in v.values())}
+
+
+def _export_meta(path: Path) -> dict[str, Any]:
+    """headway.json of an export, each entry checked against what `write_export` writes there (`_META`)."""
+    meta = layout.read_json(path)
+    unknown, absent = sorted(set(meta) - set(_META)), sorted(set(_META) - set(meta) - {"d_out"})
+    wrong = [key for key in _META if key in meta and not _META[key](meta[key])]
+    if unknown or absent or wrong:
+        raise layout.damaged(path, f"not what an export writes there (unexpected: {unknown or 'none'}; missing: "
+                                   f"{absent or 'none'}; of the wrong kind: {wrong or 'none'})")
+    return meta
+
+
+def _lens_config(path: Path, config: Any) -> dict[str, Any]:
+    """An export's config.json, checked against the fields `LensConfig` writes and their kinds and ranges."""
+    sizes = {"d_model": MAX_WIDTH, "n_layers": MAX_LAYERS, "n_heads": MAX_HEADS, "d_head": MAX_WIDTH,
+             "n_ctx": MAX_CONTEXT, "d_vocab": _MAX_IDS, "d_vocab_out": _MAX_IDS}
+    kinds = {"d_mlp": lambda v: v is None or (is_integer(v) and 1 <= v <= MAX_MLP),
+             "attn_only": lambda v: isinstance(v, bool), "act_fn": lambda v: v == "gelu",
+             "eps": lambda v: v == LensConfig.eps, "normalization_type": lambda v: v in ("LN", None),
+             "attention_dir": lambda v: v in ATTENTION_KINDS, "positional_embedding_type": lambda v: v == "standard",
+             "default_prepend_bos": lambda v: v is False,
+             **{name: (lambda most: lambda v: is_integer(v) and 1 <= v <= most)(most) for name, most in sizes.items()}}
+    if not isinstance(config, dict) or set(config) != {f.name for f in fields(LensConfig)}:
+        raise layout.damaged(path, f"not the fields of a TransformerLens config headway writes "
+                                   f"({', '.join(f.name for f in fields(LensConfig))})")
+    wrong = [name for name, ok in kinds.items() if not ok(config[name])]
+    if wrong:
+        raise layout.damaged(path, f"{wrong[0]} = {config[wrong[0]]!r} is not a value headway writes there")
+    return config
+
+
+def _lens_weights(config: dict[str, Any]) -> int:
+    """The fewest weights a model of a TransformerLens config holds: its embeddings, attention and MLP matrices
+    and unembedding (what bounds the model built from it by the weights file beside it)."""
+    d, heads = config["d_model"], config["n_heads"] * config["d_head"]
+    block = 4 * heads * d + 2 * d * (config["d_mlp"] or 0)
+    return (config["d_vocab"] + config["n_ctx"] + config["d_vocab_out"]) * d + config["n_layers"] * block

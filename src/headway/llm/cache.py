@@ -36,8 +36,8 @@ def _decode(path: Path, key: str, stored: Any) -> Any:
     checksummed, or altered) is refused like a damaged one: deleting the cache, which asks the model again,
     is the migration (docs/llm-eval.md)."""
     try:
-        row = json.loads(stored) if isinstance(stored, str) else None
-    except json.JSONDecodeError:
+        row = layout.parse_json(path, stored) if isinstance(stored, str) else None
+    except ConfigError:  # not JSON, or nested deeper or holding longer numbers than headway writes
         row = None
     if isinstance(row, dict) and row.keys() == {"value", "check"} and isinstance(row["check"], str):
         if row["check"] == _checksum(key, json.dumps(row["value"])):

@@ -18,12 +18,13 @@ import pandas as pd
 
 from headway.errors import ConfigError
 from headway.execution.devices import resolve_device
-from headway.limits import MAX_LLM_BATCH
+from headway.limits import MAX_JSON_BYTES, MAX_LLM_BATCH
 from headway.llm.backend import BACKENDS, Backend
 from headway.llm.cache import CachedBackend, ResponseCache
 from headway.llm.evaluate import METRICS, evaluate, group_scores, scoring_modes, summarise
 from headway.llm.http import check_connection
 from headway.runs import layout
+from headway.runs.owner import LLM_EVAL, claim
 from headway.settings import check_int
 from headway.tasks.retrieval.prompts.harness import write_harness
 from headway.tasks.retrieval.prompts.questions import (
@@ -114,7 +115,7 @@ def run_llm_eval(spec: QuestionSet, settings: BackendSettings, out: str | Path, 
     cache = None
     try:
         questions = make_questions(spec)
-        out.mkdir(parents=True, exist_ok=True)
+        claim(out, LLM_EVAL)  # refused when another kind of command wrote `out`
         write_questions(out / "questions.jsonl", questions)
         write_harness(out / "harness", questions)
         cache = ResponseCache(out / "cache.sqlite")
@@ -172,8 +173,8 @@ def _checked_summary(summary: Path, out: Path) -> dict[str, Any]:
         return layout.read_json(summary)
     except ConfigError:
         try:
-            data = json.loads(summary.read_text(encoding="utf-8"))
-        except ValueError:  # not JSON: damaged, as read_json says
+            data = _plain_json(summary)
+        except (ValueError, RecursionError):  # not JSON, or beyond what headway writes: damaged, as read_json says
             data = None
         unchecked = isinstance(data, dict) and layout.DIGEST_KEY not in data
         if unchecked:
@@ -186,13 +187,23 @@ def _checked_summary(summary: Path, out: Path) -> dict[str, Any]:
 def _unchecked_meta(summary: Path) -> dict[str, Any]:
     """The meta of a summary.json written before checksums (plain JSON, no checksum): what adopting reads."""
     try:
-        data = json.loads(summary.read_text(encoding="utf-8"))
+        data = _plain_json(summary)
         meta = data["meta"]
-    except (ValueError, KeyError, TypeError) as err:  # not JSON, or no "meta" in it
+    except (ValueError, RecursionError, KeyError, TypeError) as err:  # not JSON, or no "meta" in it
         raise _unreadable(summary, err) from None
     if layout.DIGEST_KEY in data or not isinstance(meta, dict):
         raise ConfigError(f"{summary} is not an unchecked summary to adopt; drop --adopt-unchecked")
     return meta
+
+
+def _plain_json(path: Path) -> Any:
+    """The JSON value of a summary.json written without a checksum. A file larger than headway writes raises a
+    ValueError before it is read, one nested too deep a RecursionError (Python's parser stops at its limit), text
+    that is not JSON or holds an integer of more than 4300 digits a ValueError."""
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ValueError(f"{size} bytes, more than the {MAX_JSON_BYTES} headway writes")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _unreadable(path: Path, err: Exception) -> ConfigError:

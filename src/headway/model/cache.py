@@ -7,6 +7,8 @@ each component wrote), `stack_head_results` (what each head wrote, z @ W_O, with
 (centred and divided by the LayerNorm scale of that layer's input) and `logit_attrs`. headway does not fold
 LayerNorm into the unembedding, so the residual direction of an output is `ln_final.w ⊙ W_U[:, output]`:
 the logit attributions of a full `decompose_resid()` sum to the output less `ln_final.b @ W_U + b_U`.
+Every `pos_slice` is applied to the position axis that the activation's hook name says it has, in
+TransformerLens' forms (`headway.model.positions`); `cache.sliced(key, pos_slice)` does it for any activation.
 """
 
 from __future__ import annotations
@@ -17,16 +19,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from headway.errors import ConfigError
+from headway.model.positions import PosSlice, position_axis, select_positions, shown
+
 if TYPE_CHECKING:
     from headway.model.single import SingleModel
 
-PosSlice = int | slice | list[int] | Tensor | None
 LN_EPS = 1e-5  # headway's LayerNorm epsilon (torch's default)
-
-
-def _positions(tensor: Tensor, pos_slice: PosSlice) -> Tensor:
-    """`tensor` [..., pos, d] with `pos_slice` applied to its position axis (an int drops the axis)."""
-    return tensor if pos_slice is None else tensor[(Ellipsis, pos_slice, slice(None))]
 
 
 class ActivationCache(Mapping[str, Tensor]):
@@ -39,14 +38,25 @@ class ActivationCache(Mapping[str, Tensor]):
         self.has_batch_dim = has_batch_dim
 
     def __getitem__(self, key: str | tuple[Any, ...]) -> Tensor:
+        return self._activations[self._name(key)]
+
+    def _name(self, key: str | tuple[Any, ...]) -> str:
+        """The full hook name of `key` (a name or a TransformerLens short form), which this cache must hold."""
         if isinstance(key, str) and key in self._activations:
-            return self._activations[key]
+            return key
         name = self.model.act_name(*key) if isinstance(key, tuple) else self.model.act_name(key)
         if name not in self._activations:
             short = "" if name in self.model.hook_names() else " (no such hook point)"
             raise KeyError(f"{name!r} is not in this cache{short}; it holds {len(self)} activations: run "
                            "run_with_cache with a names_filter that selects it")
-        return self._activations[name]
+        return name
+
+    def sliced(self, key: str | tuple[Any, ...], pos_slice: PosSlice = None) -> Tensor:
+        """The activation `key` with `pos_slice` applied to its position axis, found by its hook name (the
+        query axis of patterns and scores): `cache.sliced(("z", 0), -1)` is z at the last position,
+        [batch, head, d_head]. Every helper below slices through here."""
+        name = self._name(key)
+        return select_positions(self._activations[name], position_axis(name, self.has_batch_dim), pos_slice)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._activations)
@@ -81,11 +91,12 @@ class ActivationCache(Mapping[str, Tensor]):
             raise ValueError(f"layer = {layer} is out of range; use 0..{n} (n_layers: the final stream), -1 or None")
         return layer
 
-    def _stream(self, name: str, layer: int) -> Tensor:
-        """A residual-stream activation, the position embedding broadcast over the batch."""
-        value = self[name, layer] if layer >= 0 else self[name]
+    def _stream(self, name: str, layer: int, pos_slice: PosSlice) -> Tensor:
+        """A residual-stream activation (a model-level one for layer -1) at `pos_slice`, the position embedding
+        broadcast over the batch."""
+        value = self.sliced((name, layer) if layer >= 0 else name, pos_slice)
         if name == "pos_embed" and self.has_batch_dim:
-            value = value.expand_as(self["embed"])
+            value = value.expand_as(self.sliced("embed", pos_slice))
         return value
 
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
@@ -99,15 +110,15 @@ class ActivationCache(Mapping[str, Tensor]):
         parts, labels = [], []
         for index in range(layer + 1):
             if index == n:
-                parts.append(self._stream("resid_post", n - 1))
+                parts.append(self._stream("resid_post", n - 1, pos_slice))
                 labels.append("final_post")
                 continue
-            parts.append(self._stream("resid_pre", index))
+            parts.append(self._stream("resid_pre", index, pos_slice))
             labels.append(f"{index}_pre")
             if (incl_mid and index < layer) or (mlp_input and index == layer):
-                parts.append(self._stream("resid_mid", index))
+                parts.append(self._stream("resid_mid", index, pos_slice))
                 labels.append(f"{index}_mid")
-        stack = torch.stack([_positions(part, pos_slice) for part in parts])
+        stack = torch.stack(parts)
         if apply_ln:
             stack = (self.model.apply_final_ln(stack) if layer == n
                      else self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice))
@@ -126,19 +137,19 @@ class ActivationCache(Mapping[str, Tensor]):
         parts: list[Tensor] = []
         labels: list[str] = []
         if incl_embeds:
-            parts += [self._stream("embed", -1), self._stream("pos_embed", -1)]
+            parts += [self._stream("embed", -1, pos_slice), self._stream("pos_embed", -1, pos_slice)]
             labels += ["embed", "pos_embed"]
         for index in range(layer):
             if with_attn:
-                parts.append(self._stream("attn_out", index))
+                parts.append(self._stream("attn_out", index, pos_slice))
                 labels.append(f"{index}_attn_out")
             if with_mlp:
-                parts.append(self._stream("mlp_out", index))
+                parts.append(self._stream("mlp_out", index, pos_slice))
                 labels.append(f"{index}_mlp_out")
         if mlp_input and with_attn:
-            parts.append(self._stream("attn_out", layer))
+            parts.append(self._stream("attn_out", layer, pos_slice))
             labels.append(f"{layer}_attn_out")
-        stack = torch.stack([_positions(part, pos_slice) for part in parts])
+        stack = torch.stack(parts)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
         return (stack, labels) if return_labels else stack
@@ -152,7 +163,7 @@ class ActivationCache(Mapping[str, Tensor]):
         w_o = self.model.W_O
         parts, labels = [], []
         for index in range(layer):
-            z = _positions(self["z", index], pos_slice)  # [..., head, d_head]
+            z = self.sliced(("z", index), pos_slice)  # [batch, pos, head, d_head] less what pos_slice drops
             parts.append(torch.einsum("...hd,hdm->h...m", z, w_o[index]))
             labels += [f"L{index}H{head}" for head in range(self.model.cfg.n_heads)]
         if not parts:
@@ -166,9 +177,12 @@ class ActivationCache(Mapping[str, Tensor]):
             stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return (stack, labels) if return_labels else stack
 
-    def stack_activation(self, name: str, layer: int | None = None) -> Tensor:
-        """One activation (a short name, e.g. "pattern") of every layer before `layer`, stacked: [layers, …]."""
-        return torch.stack([self[name, index] for index in range(self._layer(layer))])
+    def stack_activation(self, name: str, layer: int | None = None, sublayer_type: str | None = None,
+                         pos_slice: PosSlice = None) -> Tensor:
+        """One activation (a short name, e.g. "pattern"; `sublayer_type` as act_name's layer_type, e.g. "ln1")
+        of every layer before `layer`, at `pos_slice`, stacked: [layers, …]."""
+        return torch.stack([self.sliced((name, index, sublayer_type), pos_slice)
+                            for index in range(self._layer(layer))])
 
     def apply_ln_to_stack(self, residual_stack: Tensor, layer: int | None = None, mlp_input: bool = False,
                           pos_slice: PosSlice = None) -> Tensor:
@@ -178,21 +192,36 @@ class ActivationCache(Mapping[str, Tensor]):
         if self.model.cfg.normalization_type is None:
             return residual_stack
         layer, n = self._layer(layer), self.model.cfg.n_layers
-        stream = (self._stream("resid_post", n - 1) if layer == n
-                  else self._stream("resid_mid" if mlp_input else "resid_pre", layer))
-        scale = (_positions(stream, pos_slice).var(-1, unbiased=False, keepdim=True) + LN_EPS).sqrt()
+        stream = (self._stream("resid_post", n - 1, pos_slice) if layer == n
+                  else self._stream("resid_mid" if mlp_input else "resid_pre", layer, pos_slice))
+        if residual_stack.dim() < 2 or residual_stack.shape[1:] != stream.shape:
+            raise ConfigError(f"a residual stack of shape {tuple(residual_stack.shape)} does not fit the stream at "
+                              f"pos_slice = {shown(pos_slice)}, {tuple(stream.shape)}: a stack is [components, "
+                              "*that shape]; give the pos_slice the stack was built with")
+        scale = (stream.var(-1, unbiased=False, keepdim=True) + LN_EPS).sqrt()
         return (residual_stack - residual_stack.mean(-1, keepdim=True)) / scale
 
     def logit_attrs(self, residual_stack: Tensor, tokens: int | Tensor, incorrect_tokens: int | Tensor | None = None,
                     pos_slice: PosSlice = None) -> Tensor:
-        """Each component's contribution to output `tokens` (an output index, or one per example [batch] or
-        per position [batch, pos]), less that to `incorrect_tokens` when given: the final LayerNorm applied to
-        the (raw) stack, dotted with `ln_final.w ⊙ W_U[:, token]`. [components, batch, pos] (or fewer axes)."""
+        """Each component's contribution to output `tokens`, less that to `incorrect_tokens` (same shape) when
+        given: the final LayerNorm applied to the (raw) stack, dotted with `ln_final.w ⊙ W_U[:, token]`.
+        [components, batch, pos] (or fewer axes). As TransformerLens reads them on a [components, batch, pos, d]
+        stack, `tokens` is one output index, one per example [batch], one per position [pos] (when pos differs
+        from batch; [1, pos] otherwise) or one per example and position [batch, pos]; on a [components, n, d]
+        stack, one index or n of them. Other shapes are refused rather than broadcast."""
         directions = self.model.residual_directions(tokens)
         if incorrect_tokens is not None:
-            directions = directions - self.model.residual_directions(incorrect_tokens)
+            wrong = self.model.residual_directions(incorrect_tokens)
+            if wrong.shape != directions.shape:
+                raise ConfigError(f"incorrect_tokens of shape {tuple(wrong.shape[:-1])} differ from tokens of shape "
+                                  f"{tuple(directions.shape[:-1])}; give both the same shape")
+            directions = directions - wrong
         scaled = self.apply_ln_to_stack(residual_stack, pos_slice=pos_slice)
-        if scaled.dim() == 4 and directions.dim() == 2 and directions.shape[0] == scaled.shape[1]:
+        inner, given = tuple(scaled.shape[1:-1]), tuple(directions.shape[:-1])
+        if len(inner) == 2 and given == inner[:1]:
             directions = directions[:, None]  # one token per example: the same at every position
+        elif given not in ((), inner) and not (len(inner) == 2 and given in (inner[1:], (1, inner[1]))):
+            raise ConfigError(f"tokens of shape {given} do not fit a stack of {tuple(scaled.shape)} "
+                              "([components, *positions, d_model]): give one output index, one per example, one per "
+                              "position, or one per example and position")
         return (scaled * directions).sum(-1)
-

@@ -10,6 +10,12 @@ one-instance ensemble underneath, so its numbers are the ensemble's.
 
 The forward returns the outputs at every position ([batch, pos, d_out], TransformerLens' habit) unless
 `readout` says otherwise ("last" or a number of last positions, as the ensemble takes it).
+
+Tokens are checked against the token slots the model sums per position (`n_slots`, known from its run or given):
+a model of several slots takes [batch, pos, slots] only — [batch, pos] ids and an unbatched [pos, slots] prompt
+are refused, never read as something else (`to_tokens` builds the tokens from symbol ids per slot); a model of
+one slot takes [batch, pos], [batch, pos, 1] or one prompt [pos]. Without a known slot count (an
+ensemble built without `n_slots`), tokens need the batch axis and their slot axis is taken as given.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from headway.model.cache import ActivationCache
 from headway.model.config import LensConfig
 from headway.model.hooks import NamesFilter, filter_names
 from headway.model.transformer import EnsembleTransformer
+from headway.settings import is_integer
 
 # A TransformerLens-style hook function: fn(activation, hook) -> a replacement, or None to keep it.
 HookFn = Callable[..., Tensor | None]
@@ -85,8 +92,9 @@ class Unstacked:
 class SingleModel(nn.Module):
     """One transformer of an ensemble, used without the instance axis (see the module docstring)."""
 
-    def __init__(self, ensemble: EnsembleTransformer, run: Any = None) -> None:
-        """`ensemble` holds the one instance; `run` is its RunConfig where known (`load_single` sets it)."""
+    def __init__(self, ensemble: EnsembleTransformer, run: Any = None, n_slots: int | None = None) -> None:
+        """`ensemble` holds the one instance; `run` is its RunConfig where known (`load_single` sets it), which
+        gives the token slots per position; without a run, `n_slots` gives them (None: not known, not checked)."""
         super().__init__()
         if ensemble.n_instances != 1:
             raise ConfigError(f"a SingleModel holds one instance; this ensemble has {ensemble.n_instances}: use "
@@ -94,6 +102,7 @@ class SingleModel(nn.Module):
         self.ensemble = ensemble
         self.run = run
         self.cfg = LensConfig.of(ensemble.cfg, ensemble.n_ctx, ensemble.d_vocab, ensemble.d_out)
+        self.n_slots, self.slot_vocab = _slots(run, n_slots, ensemble.d_vocab)
         self._hooks: dict[str, list[HookFn]] = {}
 
     # --- weights under TransformerLens' names ------------------------------------------------------
@@ -130,7 +139,11 @@ class SingleModel(nn.Module):
     def residual_directions(self, outputs: int | Tensor) -> Tensor:
         """The residual-stream direction of output index (or indices) `outputs`: `ln_final.w ⊙ W_U[:, o]`
         ([…, d_model]); the LayerNorm gain is folded in here, as TransformerLens folds it into W_U."""
-        directions = self.W_U.T[torch.as_tensor(outputs, device=self.device).long()]
+        index = _integers(outputs, "outputs")
+        if index.numel() and (index.min() < 0 or index.max() >= self.cfg.d_vocab_out):
+            raise ConfigError(f"output index {_out_of(index, 0, self.cfg.d_vocab_out)} is out of range; this model "
+                              f"has outputs 0..{self.cfg.d_vocab_out - 1}")
+        directions = self.W_U.T[index.to(self.device)]
         return directions * self.ensemble.ln_final.w[0] if self.cfg.normalization_type else directions
 
     def apply_final_ln(self, stack: Tensor) -> Tensor:
@@ -143,12 +156,72 @@ class SingleModel(nn.Module):
     # --- running ---------------------------------------------------------------------------------
 
     def _tokens(self, tokens: Tensor | np.ndarray) -> Tensor:
-        """Tokens as int64 on the model's device, checked to be [batch, pos] or [batch, pos, slots]."""
-        tokens = torch.as_tensor(tokens, device=self.device)
-        if tokens.dim() not in (2, 3) or tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise ConfigError(f"tokens of shape {tuple(tokens.shape)} and dtype {tokens.dtype}: a single model takes "
-                              "integer tokens [batch, pos] or [batch, pos, slots], with no instance axis")
-        return tokens.long()[None]
+        """Tokens as int64 [1, batch, pos(, slots)] on the model's device, checked against the slots the model
+        sums per position and the ids each slot holds (see the module docstring)."""
+        tokens = _integers(tokens, "tokens")
+        shape, k = tuple(tokens.shape), self.n_slots
+        if k is None:
+            fits = tokens.dim() in (2, 3)
+            need = "takes [batch, pos] or [batch, pos, slots], with no instance axis"
+        elif k == 1:
+            fits = tokens.dim() in (1, 2) or (tokens.dim() == 3 and shape[-1] == 1)
+            need = "embeds one token per position and takes [batch, pos], [batch, pos, 1] or one prompt [pos]"
+            tokens = tokens[None] if tokens.dim() == 1 else tokens
+        else:
+            fits = tokens.dim() == 3 and shape[-1] == k
+            need = (f"sums {k} token slots per position and takes [batch, pos, {k}] (one prompt: [1, pos, {k}], e.g. "
+                    "tokens[None]); model.to_tokens(ids) builds them from symbol ids per slot")
+        if not fits:
+            raise ConfigError(f"tokens of shape {shape} do not fit this model: it {need}")
+        self._check_ids(tokens)
+        return tokens.to(self.device)[None]
+
+    def _check_ids(self, tokens: Tensor) -> None:
+        """Refuse token ids the model does not embed, or (several slots) ids outside their slot's range."""
+        if not tokens.numel():
+            return
+        if self.slot_vocab is not None and self.n_slots > 1:
+            relative = tokens - self._slot_offsets(tokens.device)
+            outside = (relative < 0) | (relative >= self.slot_vocab)
+            if outside.any():
+                where = outside.nonzero()[0]
+                sv = self.slot_vocab
+                raise ConfigError(f"token id {int(tokens[tuple(where)])} in slot {int(where[-1])} is outside that "
+                                  f"slot's range: slot s holds s·{sv} … (s+1)·{sv} − 1; model.to_tokens(ids) adds the "
+                                  "offsets to symbol ids per slot")
+        elif tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab:
+            raise ConfigError(f"token id {_out_of(tokens, 0, self.cfg.d_vocab)} is out of range; this model embeds "
+                              f"ids 0..{self.cfg.d_vocab - 1}")
+
+    def _slot_offsets(self, device: torch.device) -> Tensor:
+        """What slot s adds to its symbol ids, s·slot_vocab (`Task.slot_vocab`): [n_slots]."""
+        return torch.arange(self.n_slots, device=device) * self.slot_vocab
+
+    def to_tokens(self, ids: Tensor | np.ndarray | Sequence[Any]) -> Tensor:
+        """Model tokens from symbol ids per slot (each 0..slot_vocab-1): [pos, slots] (one prompt) or [batch, pos,
+        slots] gives [batch, pos, slots] with slot s offset by s·slot_vocab (the packed layouts' encoding); on a
+        one-slot model, [pos] or [batch, pos] gives [batch, pos]. A task's own examples (`run.tokens(n)`,
+        `run.validation_data().tokens`) are already model tokens."""
+        if self.n_slots is None:
+            raise ConfigError("this model does not know its token slots (its ensemble was built without "
+                              "n_slots): load it with load_single, or build SingleModel(ensemble, n_slots=...)")
+        ids = _integers(ids, "ids")
+        k = self.n_slots
+        if k == 1:
+            if ids.dim() not in (1, 2):
+                raise ConfigError(f"ids of shape {tuple(ids.shape)}: this model takes one id per position, [pos] or "
+                                  "[batch, pos]")
+            tokens = ids if ids.dim() == 2 else ids[None]
+        else:
+            if ids.dim() not in (2, 3) or ids.shape[-1] != k:
+                raise ConfigError(f"ids of shape {tuple(ids.shape)}: give symbol ids per slot, [pos, {k}] for one "
+                                  f"prompt or [batch, pos, {k}]")
+            if ids.numel() and (ids.min() < 0 or ids.max() >= self.slot_vocab):
+                raise ConfigError(f"symbol id {_out_of(ids, 0, self.slot_vocab)} is out of range; each slot holds "
+                                  f"ids 0..{self.slot_vocab - 1}")
+            tokens = (ids if ids.dim() == 3 else ids[None]) + self._slot_offsets(ids.device)
+        self._check_ids(tokens)
+        return tokens.to(self.device)
 
     def forward(self, tokens: Tensor | np.ndarray, readout: str | int = "all") -> Tensor:
         """Outputs [batch, pos, d_out] at every position (`readout="last"`: [batch, d_out]; k: the last k)."""
@@ -247,6 +320,39 @@ class SingleModel(nn.Module):
         if len(found) > 1:
             raise KeyError(f"{name!r}{where} is ambiguous ({', '.join(found)}); give the layer type, e.g. 'ln1'")
         return found[0]
+
+
+def _slots(run: Any, n_slots: int | None, d_vocab: int) -> tuple[int | None, int | None]:
+    """(token slots per position, ids per slot) from the run's task, or from `n_slots` (ids per slot: d_vocab
+    split evenly, the convention of `Task.slot_vocab`); (None, None) when neither is given."""
+    if run is not None:
+        task = run.task
+        if n_slots is not None and n_slots != task.n_slots:
+            raise ConfigError(f"n_slots = {n_slots}, but this run's task has {task.n_slots} token slots per position")
+        return task.n_slots, task.slot_vocab
+    if n_slots is None:
+        return None, None
+    if not is_integer(n_slots) or n_slots < 1 or d_vocab % n_slots:
+        raise ConfigError(f"n_slots = {n_slots!r}: give a positive integer dividing d_vocab = {d_vocab}")
+    return int(n_slots), d_vocab // int(n_slots)
+
+
+def _integers(values: Any, what: str) -> Tensor:
+    """`values` as an int64 tensor (on the device it is on); refused, naming `what`, unless they are integers."""
+    if isinstance(values, str):
+        raise ConfigError(f"{what} = {values!r}: headway models have no tokenizer; give integer ids")
+    try:
+        tensor = torch.as_tensor(np.asarray(values) if isinstance(values, (list, tuple)) else values)
+    except (TypeError, ValueError, RuntimeError):
+        raise ConfigError(f"{what} of type {type(values).__name__} are not integer ids") from None
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dtype == torch.bool:
+        raise ConfigError(f"{what} of dtype {tensor.dtype}: give integer ids")
+    return tensor.long()
+
+
+def _out_of(values: Tensor, low: int, high: int) -> int:
+    """The first of `values` outside low..high-1, to name in a message."""
+    return int(values[(values < low) | (values >= high)].flatten()[0])
 
 
 def _recorder(store: dict[str, Tensor]) -> HookFn:

@@ -179,8 +179,9 @@ class MLP(HookedModule):
     def forward(self, x: Tensor, run: HookDispatch) -> Tensor:
         e, b, s, d = x.shape
         pre = torch.baddbmm(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
-        post = run(self.hook["hook_post"], F.gelu(pre).view(e, b, s, -1))
-        out = torch.baddbmm(self.b_out.unsqueeze(1), post.reshape(e, b * s, -1), self.W_out)
+        width = self.W_in.shape[-1]  # named, not -1: an empty batch has no size to infer
+        post = run(self.hook["hook_post"], F.gelu(pre).view(e, b, s, width))
+        out = torch.baddbmm(self.b_out.unsqueeze(1), post.reshape(e, b * s, width), self.W_out)
         return out.view(e, b, s, d)
 
 
@@ -220,14 +221,15 @@ class EnsembleTransformer(HookedModule):
     slot ids at one position are summed (e.g. the two role embeddings of a packed link).
     The output is the unembedded residual at the last position ([E, batch, d_out]), at every
     position ([E, batch, pos, d_out]) with `readout="all"`, or at the last k positions
-    ([E, batch, k, d_out]) with `readout=k`.
+    ([E, batch, k, d_out]) with `readout=k`. `n_slots`: the token slots per position of the task it was
+    built for (None: not known), which `instance` hands to the single model so that it checks token shapes.
     """
 
     def __init__(self, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, n_instances: int,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, n_slots: int | None = None) -> None:
         super().__init__()
         self.cfg, self.d_vocab, self.n_ctx, self.d_out = cfg, d_vocab, n_ctx, d_out
-        self.n_instances = n_instances
+        self.n_instances, self.n_slots = n_instances, n_slots
         n, d = n_instances, cfg.d_model
         with torch.device(device or "cpu"):
             self.embed = nn.Module()
@@ -246,9 +248,9 @@ class EnsembleTransformer(HookedModule):
 
     @classmethod
     def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
-                   device: torch.device | str | None = None) -> EnsembleTransformer:
+                   device: torch.device | str | None = None, n_slots: int | None = None) -> EnsembleTransformer:
         """Build an ensemble whose instance e is initialised exactly as a lone model with seeds[e]."""
-        model = cls(cfg, d_vocab, n_ctx, d_out, len(seeds), device)
+        model = cls(cfg, d_vocab, n_ctx, d_out, len(seeds), device, n_slots)
         model.initialise(seeds)
         return model
 
@@ -303,7 +305,8 @@ class EnsembleTransformer(HookedModule):
         if readout != "all":
             x = x[:, :, -(1 if readout == "last" else readout):, :]
         x = self.ln_final(x, run)
-        out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), x.reshape(e, -1, x.shape[-1]), self.unembed.W_U)
+        rows = x.reshape(e, x.shape[1] * x.shape[2], x.shape[-1])  # sizes named: an empty batch has none to infer
+        out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), rows, self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
     def _final_block_points(self) -> tuple[frozenset[str], frozenset[str]]:
@@ -383,10 +386,11 @@ class EnsembleTransformer(HookedModule):
         if not is_integer(index) or not -self.n_instances <= index < self.n_instances:
             raise IndexError(f"instance {index!r} is out of range; this ensemble has instances "
                              f"0..{self.n_instances - 1}")
-        one = EnsembleTransformer(self.cfg, self.d_vocab, self.n_ctx, self.d_out, 1, self.embed.W_E.device)
+        one = EnsembleTransformer(self.cfg, self.d_vocab, self.n_ctx, self.d_out, 1, self.embed.W_E.device,
+                                  self.n_slots)
         one.load_instances({name: param.detach() for name, param in self.named_parameters()}, [int(index)])
         one.use_attention_kernel(self.attention_kernel)
-        return SingleModel(one)
+        return SingleModel(one, n_slots=self.n_slots)
 
     def instance_state(self, index: int) -> dict[str, Tensor]:
         """The weights of one instance, without the instance axis (TransformerLens shapes)."""

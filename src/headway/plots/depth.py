@@ -9,8 +9,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from headway.plots.marks import (NOT_TRAINED_COLOUR, SETTING_COLUMNS, describe_formulation, hatch_cell,
-                                 mark_root_guess, not_trained_handle, save_figure, title_lines, unreachable_handle)
+from headway.plots.marks import (
+    NOT_TRAINED_COLOUR,
+    SETTING_COLUMNS,
+    describe_formulation,
+    hatch_cell,
+    mark_root_guess,
+    not_trained_handle,
+    save_figure,
+    title_lines,
+    unreachable_handle,
+)
 from headway.tasks.retrieval.theory import min_layers
 
 _REACH_COLUMNS = ("attention", "order", "layout")  # the columns by which `depth_table` applies the reach bound

@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headway.errors import ConfigError
+from headway.plots.marks import save_figure
 
 MAX_COLUMNS = 4
 
@@ -67,7 +68,4 @@ def _plot_panels(curves: pd.DataFrame, table: pd.DataFrame, path: Path | str, ti
     fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=min(len(legend), 4), fontsize=8,
                frameon=False)
     fig.suptitle(title, fontsize=10)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    return path
+    return save_figure(fig, path, tight=False)

@@ -10,6 +10,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from headway.plots.marks import save_figure
+
 ROLE_COLOURS = {"link→next": "#1b9e77", "link→prev": "#66a61e", "query→class": "#e6ab02",
                 "query→rule": "#a6761d", "none": "#bdbdbd"}
 _QUERY_COLOURS = ["#d95f02", "#7570b3", "#e7298a", "#e41a1c", "#377eb8", "#984ea3", "#ff7f00", "#a65628"]
@@ -55,9 +57,7 @@ def plot_attention_maps(patterns: np.ndarray, heads: pd.DataFrame, labels: list[
     for ax in axes.ravel()[len(heads):]:
         ax.set_visible(False)
     fig.suptitle(textwrap.fill(title, width=int(cols * panel * 11)), fontsize=11)
-    path = Path(path)
-    fig.savefig(path, dpi=MAP_DPI)
-    return path
+    return save_figure(fig, path, dpi=MAP_DPI, tight=False)
 
 
 def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
@@ -102,9 +102,7 @@ def plot_circuit(heads: pd.DataFrame, path: Path | str, title: str) -> Path:
         ax.spines[side].set_visible(False)
     ax.set_title(textwrap.fill(title, width=60), fontsize=10)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    return path
+    return save_figure(fig, path, dpi=110, tight=False)
 
 
 def _arrow(ax, start: tuple[float, float], end: tuple[float, float], colour: str) -> None:

@@ -11,6 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headway.errors import ConfigError
+from headway.plots.marks import save_figure
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 
 if TYPE_CHECKING:
@@ -67,10 +68,7 @@ def accuracy_vs_hops(results: pd.DataFrame, path: Path, *, title: str | None = N
     legend = dict(sorted(legend.items(), key=lambda item: item[0] == "chance"))  # metrics first, chance last
     fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncols=len(legend), frameon=False)
     fig.suptitle(title or "Accuracy over hops (error bars: Wilson 95% interval)")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    return path
+    return save_figure(fig, path, tight=False)
 
 
 def _panel(ax: Axes, rows: pd.DataFrame, label: str) -> None:

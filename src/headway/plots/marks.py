@@ -14,6 +14,8 @@ from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from headway.files import atomic
+
 # The settings that make a formulation, in the order a title names them; a table may lack any of them
 # (mask_unreachable is newer than some results).
 SETTING_COLUMNS = ("attention", "order", "supervision", "layout")
@@ -103,9 +105,11 @@ def title_lines(text: str, figure: Figure, fontsize: float) -> str:
     return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
 
 
-def save_figure(figure: Figure, path: Path | str) -> Path:
-    """Save `figure` to `path` (parents created) at 150 dpi and return the path."""
+def save_figure(figure: Figure, path: Path | str, dpi: int = 150, tight: bool = True) -> Path:
+    """Save `figure` to `path` (parents created; written atomically, never over a device or FIFO:
+    `headway.files.atomic`) in the format its suffix names, and return the path; `tight` crops the margins."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=150, bbox_inches="tight")
+    with atomic(path) as tmp:
+        figure.savefig(tmp, format=path.suffix.lstrip(".") or "png", dpi=dpi,
+                       bbox_inches="tight" if tight else None)
     return path

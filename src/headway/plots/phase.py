@@ -16,10 +16,24 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from headway.errors import ConfigError
-from headway.plots.marks import (MECHANISM_MARKS, MECHANISM_MEANINGS, NOT_TRAINED, NOT_TRAINED_COLOUR, ROOT_GUESS,
-                                 UNREACHABLE_HATCH, describe_formulation, hatch_cell, mark_root_guess,
-                                 mechanism_counts, mechanism_key, not_trained_handle, save_figure, split_formulation,
-                                 title_lines, unreachable_handle)
+from headway.plots.marks import (
+    MECHANISM_MARKS,
+    MECHANISM_MEANINGS,
+    NOT_TRAINED,
+    NOT_TRAINED_COLOUR,
+    ROOT_GUESS,
+    UNREACHABLE_HATCH,
+    describe_formulation,
+    hatch_cell,
+    mark_root_guess,
+    mechanism_counts,
+    mechanism_key,
+    not_trained_handle,
+    save_figure,
+    split_formulation,
+    title_lines,
+    unreachable_handle,
+)
 from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
 
 _D_EQUALS_L = "D = L: cells below it have more hops than layers, beyond one hop per layer"

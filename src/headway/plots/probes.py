@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from headway.plots.marks import save_figure
 from headway.tasks.retrieval.probes import SITES
 
 _MARKERS = {"query": "o", "link": "s"}
@@ -35,7 +36,7 @@ def plot_probe_reach(reach: pd.DataFrame, path: Path | str) -> Path:
     ax.set_ylabel("hop distance")
     ax.set_title("Linear-probe reach per layer vs the 3^t bound", fontsize=10)
     ax.legend(fontsize=7, frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_probe_accuracy(table: pd.DataFrame, path: Path | str) -> Path:
@@ -63,12 +64,4 @@ def plot_probe_accuracy(table: pd.DataFrame, path: Path | str) -> Path:
         ax.set_title(f"{site} site", fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), label="probe accuracy\n(mean over instances)")
     fig.suptitle(f"Linear-probe accuracy (chance {table.chance.iloc[0]:.2f})", fontsize=10)
-    return _save(fig, path)
-
-
-def _save(fig: Figure, path: Path | str) -> Path:
-    """Save `fig` to `path` (parents created) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150, bbox_inches="tight")
-    return path
+    return save_figure(fig, path)

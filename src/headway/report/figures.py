@@ -6,6 +6,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from headway.plots.marks import save_figure as plots_save_figure
+
 FIGURES = "figures"
 
 
@@ -20,6 +22,5 @@ def fresh_figures(out: Path) -> Path:
 
 
 def save_figure(fig: Figure, path: Path, dpi: int = 110) -> Path:
-    """Write `fig` to `path` and return the path."""
-    fig.savefig(path, dpi=dpi)
-    return path
+    """Write `fig` to `path` as a report's figure (110 dpi, uncropped) and return the path."""
+    return plots_save_figure(fig, path, dpi=dpi, tight=False)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
-import os
 import re
 from html import escape
 from pathlib import Path
 from typing import Self
 
 import pandas as pd
+
+from headway.files import atomic
 
 _IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml"}
 _CALLOUT_KINDS = ("note", "warning", "ok")
@@ -287,10 +288,8 @@ class Report:
         return "\n".join(parts)
 
     def write(self, path: Path | str) -> Path:
-        """Write the rendered report atomically (via `<path>.tmp`), creating parent folders; return the path."""
+        """Write the rendered report atomically (`headway.files.atomic`), creating parent folders; return the path."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.render(), encoding="utf-8", newline="\n")
-        os.replace(tmp, path)
+        with atomic(path) as tmp:
+            tmp.write_text(self.render(), encoding="utf-8", newline="\n")
         return path

@@ -23,10 +23,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headway.errors import ConfigError
+from headway.limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_NUMBER, MAX_PARQUET_FOOTER, MAX_TABLE_BYTES
+from headway.files import atomic, check_replaceable
+from headway.runs.schema import TableSchema, table_digest, type_name
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 CONFIG = "config.json"
 METRICS = "metrics.parquet"
@@ -35,8 +39,8 @@ CHECKPOINTS = "checkpoints"
 RESUME = "resume"
 LATEST = "latest.json"
 LOCK = ".lock"
-DIGEST_KEY = "headway_blake2b"  # JSON files: a checksum of the other entries
-SHAPE_KEY = b"headway_shape"  # Parquet metadata: the rows, columns and dtypes a table was written with
+DIGEST_KEY = "headway_blake2b"  # JSON files: a checksum of the other entries; Parquet metadata: of the content
+SHAPE_KEY = b"headway_shape"  # Parquet metadata before the content digest: the rows, columns and types written
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -56,21 +60,6 @@ def damaged(path: Path | str, why: str) -> ConfigError:
 def missing(path: Path | str) -> ConfigError:
     """The one-line error for a file headway wrote and expects to read back, which is gone."""
     return ConfigError(f"{path} is missing; run the command that wrote it again, or restore it from a copy")
-
-
-@contextlib.contextmanager
-def atomic(path: Path) -> Iterator[Path]:
-    """A temporary path beside `path` to write in the block, renamed over `path` when the block ends and
-    removed when it fails (a full disk, a stop signal): a reader finds the old file or the new one, never
-    part of one, and a failed write leaves nothing behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def digest(data: bytes) -> str:
@@ -133,14 +122,19 @@ def _standard(value: Any) -> Any:
 
 
 def read_json(path: Path | str) -> dict[str, Any]:
-    """A JSON object written by `write_json`, without its checksum; a file that is gone, does not parse, has
-    no checksum or whose contents differ from it is refused, naming it."""
+    """A JSON object written by `write_json`, without its checksum; a file that is gone, larger or deeper than
+    headway writes (`parse_json`), does not parse, has no checksum or whose contents differ from it is refused,
+    naming it."""
     if not Path(path).is_file():
         raise missing(path)
+    size = Path(path).stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise damaged(path, f"it holds {size} bytes; headway's JSON files hold at most {MAX_JSON_BYTES}")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
         raise damaged(path, f"not valid JSON: {err}") from None
+    data = parse_json(path, text)
     if not isinstance(data, dict):
         raise damaged(path, f"a JSON {type(data).__name__}, not an object")
     expected = data.pop(DIGEST_KEY, None)
@@ -151,21 +145,60 @@ def read_json(path: Path | str) -> dict[str, Any]:
     return data
 
 
+class _Unreadable(ValueError):
+    """A file that differs from what headway writes there, found by a check of headway's own (the reason)."""
+
+
+def parse_json(path: Path | str, text: str) -> Any:
+    """The JSON value of `text`, read from the file `path`, refused with one line naming the file when it is not
+    JSON headway writes: a number longer than `MAX_JSON_NUMBER` characters (checked on its text, before it is
+    converted) or a float literal beyond a float's range, and nesting deeper than `MAX_JSON_DEPTH` (Python's
+    parser stops at its recursion limit, about 1000 levels, so a deeper file is never read further)."""
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except _Unreadable as err:
+        raise damaged(path, str(err)) from None
+    except RecursionError:
+        raise damaged(path, f"it nests deeper than Python parses; headway's JSON nests at most {MAX_JSON_DEPTH} "
+                            "deep") from None
+    except json.JSONDecodeError as err:
+        raise damaged(path, f"not valid JSON: {err}") from None
+    depth = json_depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise damaged(path, f"it nests {depth} deep; headway's JSON nests at most {MAX_JSON_DEPTH} deep")
+    return value
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal) > MAX_JSON_NUMBER:
+        raise _Unreadable(f"it holds a number of {len(literal)} characters; headway writes at most {MAX_JSON_NUMBER}")
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    if len(literal) > MAX_JSON_NUMBER:
+        raise _Unreadable(f"it holds a number of {len(literal)} characters; headway writes at most {MAX_JSON_NUMBER}")
+    value = float(literal)
+    if math.isinf(value):
+        raise _Unreadable(f"it holds the number {literal}, beyond the range of a float")
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How deep the lists and dicts of a parsed JSON value nest (a scalar: 0), found without recursion."""
+    deepest, pending = 0, [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            pending.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _shape(table: pa.Table) -> bytes:
-    """A table's row count, column names and Arrow types, as the bytes its metadata stores. Arrow's types, not
-    pandas' dtypes: a column of Python ints held as `object` is written as int64 and read back as int64, so
-    only the stored types describe what a reader will find."""
-    return json.dumps([table.num_rows, [[field.name, _type_name(field.type)] for field in table.schema]]).encode()
-
-
-def _type_name(kind: pa.DataType) -> str:
-    """An Arrow type as text, list types without their item field's name, which Parquet renames ("item" is
-    written, "element" read back)."""
-    import pyarrow as pa
-
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-        return f"list<{_type_name(kind.value_type)}>"
-    return str(kind)
+    """The row count, column names and Arrow types that a table written before its content digest (`SHAPE_KEY`)
+    recorded of itself."""
+    return json.dumps([table.num_rows, [[field.name, type_name(field.type)] for field in table.schema]]).encode()
 
 
 def _pandas_shape(frame: pd.DataFrame) -> bytes:
@@ -173,36 +206,78 @@ def _pandas_shape(frame: pd.DataFrame) -> bytes:
     return json.dumps([len(frame), [[str(name), str(dtype)] for name, dtype in frame.dtypes.items()]]).encode()
 
 
-def write_table(path: Path, frame: pd.DataFrame) -> None:
-    """Write a table as Parquet with page checksums (the values) and its shape in the file's metadata
-    (rows, column names and dtypes), through a temporary file and an atomic rename."""
+def write_table(path: Path, frame: pd.DataFrame, schema: TableSchema) -> None:
+    """Write a table as Parquet, conformed to and checked against `schema` (`TableSchema.conform`), with page
+    checksums and a digest of its content in the file's metadata (`table_digest`), through a temporary file and
+    an atomic rename."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SHAPE_KEY: _shape(table)})
+    table = schema.conform(pa.Table.from_pandas(frame, preserve_index=False))
+    table = table.replace_schema_metadata({DIGEST_KEY: table_digest(table)})
     with atomic(path) as tmp:
         pq.write_table(table, tmp, write_page_checksum=True)
 
 
-def read_table(path: Path | str) -> pd.DataFrame:
-    """A table from `write_table`, its page checksums and shape verified; a truncated or altered file, or
-    one written otherwise, is refused, naming it."""
+def read_table(path: Path | str, schema: TableSchema, max_rows: int | None = None) -> pd.DataFrame:
+    """A table from `write_table`, checked before any value is decoded against what headway expects: the
+    columns and kinds of `schema`, at most `max_rows` rows, a footer and a decoded size within `MAX_PARQUET_FOOTER`
+    and `MAX_TABLE_BYTES`; then its page checksums and content digest. Anything else is refused, naming the file
+    (a table from before the digest is checked against the shape it recorded, and `schema`)."""
     import pyarrow.parquet as pq
 
     if not Path(path).is_file():
         raise missing(path)
     try:
-        table = pq.read_table(path, page_checksum_verification=True)
-        frame = table.to_pandas()
-        expected = (table.schema.metadata or {}).get(SHAPE_KEY)
-        if expected is None:
-            raise ValueError(f"no {SHAPE_KEY.decode()} entry: written by an older headway, or altered")
-        if expected not in (_shape(table), _pandas_shape(frame)):
-            raise ValueError("its rows or columns differ from the ones it was written with")
+        footer = _parquet_footer(path)
+        if footer > MAX_PARQUET_FOOTER:
+            raise _Unreadable(f"a Parquet footer of {footer} bytes; headway writes at most {MAX_PARQUET_FOOTER}")
+        with pq.ParquetFile(path, page_checksum_verification=True) as file:
+            arrow, metadata = file.schema_arrow, file.metadata
+            stored = arrow.metadata or {}
+            legacy = DIGEST_KEY.encode() not in stored
+            if legacy and SHAPE_KEY not in stored:
+                raise _Unreadable(f"no checksum ({DIGEST_KEY}): written by an older headway, or altered")
+            why = schema.problem([(field.name, field.type) for field in arrow], metadata.num_rows, legacy)
+            if why is not None:
+                raise _Unreadable(f"not the table headway writes there: {why}")
+            if max_rows is not None and metadata.num_rows > max_rows:
+                raise _Unreadable(f"{metadata.num_rows} rows, more than the {max_rows} its runs log")
+            size = _decoded_size(metadata)
+            if size > MAX_TABLE_BYTES:
+                raise _Unreadable(f"about {size} bytes once decoded; headway reads at most {MAX_TABLE_BYTES}")
+            table = file.read()
+        frame = table.to_pandas(ignore_metadata=True)
+        if legacy and stored[SHAPE_KEY] not in (_shape(table), _pandas_shape(frame)):
+            raise _Unreadable("its rows or columns differ from the ones it was written with")
+        if not legacy and stored[DIGEST_KEY.encode()] != table_digest(table).encode():
+            raise _Unreadable(f"its contents differ from its checksum ({DIGEST_KEY})")
         return frame
+    except _Unreadable as err:
+        raise damaged(path, str(err)) from None
     except Exception as err:  # noqa: BLE001 - any failure to decode a file headway wrote means it is damaged
         raise damaged(path, f"not a readable Parquet table: {err}") from None
+
+
+def _parquet_footer(path: Path | str) -> int:
+    """The length of a Parquet file's footer, from the 8 bytes that end the file (its length, then "PAR1")."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() < 12:
+            raise ValueError("shorter than the smallest Parquet file")
+        handle.seek(-8, os.SEEK_END)
+        tail = handle.read(8)
+    if tail[4:] != b"PAR1":
+        raise ValueError("no Parquet footer at its end")
+    return int.from_bytes(tail[:4], "little")
+
+
+def _decoded_size(metadata: pq.FileMetaData) -> int:
+    """Bytes a table takes once decoded, estimated from its footer: 8 per value, plus every row group's
+    uncompressed pages (its strings and lists). Row groups, not their column chunks: pyarrow aborts the process
+    on some damaged column-chunk metadata instead of raising (a histogram of the wrong size)."""
+    pages = sum(metadata.row_group(group).total_byte_size for group in range(metadata.num_row_groups))
+    return 8 * metadata.num_rows * metadata.num_columns + pages
 
 
 def ensemble_dirs(path: Path) -> list[Path]:
@@ -216,9 +291,14 @@ def ensemble_dirs(path: Path) -> list[Path]:
 @contextlib.contextmanager
 def locked(run_dir: Path) -> Iterator[None]:
     """Hold `run_dir`'s lock while the block runs, so that two processes never train one ensemble at
-    once (the second is refused, naming the first); the system drops the lock when its process dies."""
+    once (the second is refused, naming the first); the system drops the lock when its process dies. The
+    lock file is never a link or a device (`headway.files.check_replaceable`), which its holder's name would
+    be written through."""
     path = Path(run_dir) / LOCK
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_replaceable(path)
+    if path.is_symlink():
+        raise ConfigError(f"{path} is a symlink; headway's lock file is a regular file: delete the link")
     with open(path, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -13,8 +13,9 @@ from headway.errors import ConfigError
 from headway.model.single import SingleModel
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
+from headway.runs.metrics import metrics_schema, read_metrics
 from headway.settings import is_integer
 
 
@@ -32,12 +33,21 @@ def load_runs(path: Path | str) -> list[RunConfig]:
 
 
 def _configs(path: Path) -> list[RunConfig]:
-    """The runs an ensemble's config.json lists, each checked as a run."""
+    """The runs an ensemble's config.json lists, each checked as a run, and together as one ensemble: of one
+    shape (`RunConfig.ensemble_key`), none repeated."""
     flats = _records(path, layout.read_json(path))
     try:
-        return [RunConfig.from_flat(flat) for flat in flats]
+        runs = [RunConfig.from_flat(flat) for flat in flats]
     except (ConfigError, TypeError, ValueError) as err:
         raise layout.damaged(path, f"it does not hold valid runs: {err}") from None
+    shape = runs[0].ensemble_key()
+    other = next((e for e, run in enumerate(runs) if run.ensemble_key() != shape), None)
+    if other is not None:
+        raise layout.damaged(path, f"its run {other} differs in shape from run 0, so they cannot be one ensemble")
+    ids = [run.run_id for run in runs]
+    if len(set(ids)) != len(ids):
+        raise layout.damaged(path, "it lists one run twice")
+    return runs
 
 
 def _records(path: Path, data: dict) -> list[dict]:
@@ -54,7 +64,8 @@ def finished_metrics(run_dir: Path) -> pd.DataFrame:
     if not metrics.is_file():
         raise ConfigError(f"{metrics} is missing although {layout.SUMMARY} beside it says training finished; "
                           f"restore it, or delete {run_dir} to train that ensemble again")
-    return layout.read_table(metrics)
+    runs = load_runs(run_dir)
+    return read_metrics(metrics, runs, upto=runs[0].train.steps)
 
 
 def load_metrics(path: Path | str) -> pd.DataFrame:
@@ -65,7 +76,7 @@ def load_metrics(path: Path | str) -> pd.DataFrame:
         if (d / layout.SUMMARY).is_file():
             metrics = finished_metrics(d)
         elif (d / layout.METRICS).is_file():
-            metrics = layout.read_table(d / layout.METRICS)
+            metrics = read_metrics(d / layout.METRICS, load_runs(d))
         else:  # nothing logged yet
             continue
         configs = pd.DataFrame([run.flat() for run in load_runs(d)])
@@ -87,27 +98,56 @@ def load_summary(path: Path | str) -> list[dict]:
     """Per run: `config` (flat), `final` metrics (last logged step) and whether training completed."""
     out = []
     for d in _ensembles(path):
-        runs = [run.flat() for run in load_runs(d)]
+        runs = load_runs(d)
         summary_file = d / layout.SUMMARY
         if summary_file.is_file():
-            finals = [run.get("final") for run in _records(summary_file, layout.read_json(summary_file))]
-            if len(finals) != len(runs) or not all(isinstance(final, dict) for final in finals):
-                raise layout.damaged(summary_file, f"it does not hold the final metrics of the {len(runs)} runs "
-                                                   f"its {layout.CONFIG} lists")
-            complete = True
+            finals, complete = _finals(summary_file, runs), True
         else:
-            finals, complete = _last_rows(d, len(runs)), False
-        for e, (config, final) in enumerate(zip(runs, finals)):
+            finals, complete = _last_rows(d, runs), False
+        for e, (run, final) in enumerate(zip(runs, finals)):
             out.append({"ensemble": d.name, "instance": e, "complete": complete,
-                        "config": config, "final": final})
+                        "config": run.flat(), "final": final})
     return out
 
 
-def _last_rows(run_dir: Path, n: int) -> list[dict]:
+def _finals(path: Path, runs: list[RunConfig]) -> list[dict]:
+    """The final metrics a summary.json holds for each of `runs`, checked against what the trainer writes there:
+    each record's run id, and the columns of its metrics (`metrics_schema`, less instance and run id) with
+    diverged_step, each value of its column's kind (a float, or null for NaN; diverged_step an integer or null)."""
+    records = _records(path, layout.read_json(path))
+    kinds = {name: kind for name, kind in metrics_schema(runs).columns if name not in ("instance", "run_id")}
+    kinds["diverged_step"] = "int?"
+    if len(records) != len(runs):
+        raise layout.damaged(path, f"it holds {len(records)} runs; its {layout.CONFIG} lists {len(runs)}")
+    for e, (record, run) in enumerate(zip(records, runs)):
+        final = record.get("final")
+        if record.get("run_id") != run.run_id or not isinstance(final, dict) or set(final) != set(kinds):
+            raise layout.damaged(path, f"its run {e} does not hold the final metrics of run {run.run_id} "
+                                       f"({', '.join(kinds)})")
+        wrong = next((name for name, kind in kinds.items() if not _of_kind(final[name], kind)), None)
+        if wrong is not None:
+            raise layout.damaged(path, f"its run {e} holds {wrong} = {final[wrong]!r}, not a {kinds[wrong]}")
+    return [record["final"] for record in records]
+
+
+def _of_kind(value: object, kind: str) -> bool:
+    """Whether a JSON value is of a metrics column's kind ("int?": an integer or null)."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "float":
+        return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+    return is_integer(value) or (kind == "int?" and value is None)
+
+
+def _last_rows(run_dir: Path, runs: list[RunConfig]) -> list[dict]:
+    """Per run of `runs`, its row at the last step logged so far ({} before any)."""
+    n = len(runs)
     metrics_file = run_dir / layout.METRICS
     if not metrics_file.is_file():
         return [{} for _ in range(n)]
-    metrics = layout.read_table(metrics_file)
+    metrics = read_metrics(metrics_file, runs)
+    if not len(metrics):
+        return [{} for _ in range(n)]
     last = metrics[metrics.step == metrics.step.max()].set_index("instance")
     return [{k: plain_value(v) for k, v in last.loc[e].items() if k != "run_id"}
             if e in last.index else {} for e in range(n)]
@@ -141,12 +181,7 @@ def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None
     if not (run_dir / layout.CONFIG).is_file():
         raise ConfigError(f"{run_dir} is not a run directory (no {layout.CONFIG})")
     runs = load_runs(run_dir)
-    steps = checkpoint_steps(run_dir)
-    if not steps:
-        raise ConfigError(f"{run_dir} has no checkpoints yet")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise ConfigError(f"no checkpoint at step {step} in {run_dir}; saved steps: {steps}")
+    step = _saved_step(run_dir, step)
     selection = list(range(len(runs))) if instances is None else (
         [instances] if is_integer(instances) else list(instances))
     bad = [i for i in selection if not is_integer(i) or not 0 <= i < len(runs)]
@@ -154,9 +189,31 @@ def load_model(run_dir: Path | str, instances: int | Sequence[int] | None = None
         raise ConfigError(f"instance(s) {[plain_value(i) for i in bad]} out of range; this run directory has "
                           f"{len(runs)} instances")
     task, model_cfg = runs[0].task, runs[0].model
-    model = EnsembleTransformer(model_cfg, task.d_vocab, task.n_ctx, task.d_out, len(selection), device)
-    model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), [int(i) for i in selection])
+    model = EnsembleTransformer(model_cfg, task.d_vocab, task.n_ctx, task.d_out, len(selection), device,
+                                task.n_slots)
+    model.load_instances(load_checkpoint(run_dir, step, runs, model), [int(i) for i in selection])
     return model
+
+
+def load_weights(run_dir: Path | str, step: int | None = None) -> dict[str, torch.Tensor]:
+    """Every instance's weights saved at `step` (default: the last) in the ensemble directory `run_dir`, by
+    parameter name with the instance axis first, checked against its runs' config (`load_checkpoint`)."""
+    run_dir = Path(run_dir)
+    runs = load_runs(run_dir)
+    task = runs[0].task
+    one = EnsembleTransformer(runs[0].model, task.d_vocab, task.n_ctx, task.d_out, 1)  # the shapes, per instance
+    return load_checkpoint(run_dir, _saved_step(run_dir, step), runs, one)
+
+
+def _saved_step(run_dir: Path, step: int | None) -> int:
+    """`step` (default: the last) if the ensemble at `run_dir` saved its weights then; refused otherwise."""
+    steps = checkpoint_steps(run_dir)
+    if not steps:
+        raise ConfigError(f"{run_dir} has no checkpoints yet")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise ConfigError(f"no checkpoint at step {step} in {run_dir}; saved steps: {steps}")
+    return step
 
 
 def load_single(path: Path | str, instance: int | None = None, step: int | None = None, run_id: str | None = None,

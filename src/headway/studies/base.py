@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 import platform
 import time
@@ -32,6 +33,8 @@ from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
 from headway.runs import layout
 from headway.runs.config import RunConfig
+from headway.files import landing
+from headway.runs.schema import TableSchema
 from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
@@ -104,7 +107,8 @@ class Study(ABC):
     plan_class: ClassVar[type[Plan]]
     scales: ClassVar[tuple[str, ...]]  # named scales of `plan_for`; the first is the default
     run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
-    tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name
+    tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name: `tuple(schemas)`
+    schemas: ClassVar[dict[str, TableSchema]]  # each table's columns, checked when written and when read back
     version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
     rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
 
@@ -114,7 +118,7 @@ class Study(ABC):
         from headway.errors import ConfigError
         from headway.train.capacity import check_max_ensemble
 
-        self.plan, self.out, self.device, self.progress = plan, Path(out).resolve(), device, progress
+        self.plan, self.out, self.device, self.progress = plan, landing(out).resolve(), device, progress  # no loop
         self.executor = executor or LocalExecutor()
         self.compute = compute or ComputeSettings()  # precision and compilation of training and LLC sampling
         self.deadline = deadline  # time.time() after which training stops (saved) and no analysis starts
@@ -174,10 +178,12 @@ class Study(ABC):
         both by the study's executor) and gather the tables of those runs."""
         import pandas as pd
 
+        from headway.runs.owner import claim, study_kind
         from headway.runs.store import load_runs
         from headway.train.sweep import train_runs
 
         runs = self.plan.runs()
+        claim(self.out, study_kind(self.name))  # refused when another kind of command wrote `out`
         started = time.perf_counter()
         metrics = train_runs(runs, self.out / RUNS, device=self.device, progress=self.progress, executor=self.executor,
                              compute=self.compute, deadline=self.deadline, max_ensemble=self.max_ensemble)
@@ -219,7 +225,7 @@ class Study(ABC):
         folder.mkdir(parents=True, exist_ok=True)
         tables = self.analyse(run_dir, runs, folder, device)
         for name in self.tables:
-            layout.write_table(folder / f"{name}.parquet", tables[name])
+            layout.write_table(folder / f"{name}.parquet", tables[name], self.schemas[name])
         seconds = round(time.perf_counter() - started, 2)
         layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
 
@@ -240,7 +246,7 @@ class Study(ABC):
         if not self.is_cached(run_dir):
             return None
         folder = self.out / ANALYSIS / run_dir.name
-        return {name: layout.read_table(folder / f"{name}.parquet") for name in self.tables}
+        return {name: layout.read_table(folder / f"{name}.parquet", self.schemas[name]) for name in self.tables}
 
     def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
         """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the
@@ -255,9 +261,17 @@ class Study(ABC):
     def _recorded_seconds(self, run_dir: Path) -> tuple[float, float]:
         """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
         summary, done = run_dir / layout.SUMMARY, self.out / ANALYSIS / run_dir.name / DONE
-        train = layout.read_json(summary).get("seconds_this_session", 0.0) if summary.is_file() else 0.0
-        analyse = layout.read_json(done).get("seconds", 0.0) if done.is_file() else 0.0
-        return float(train), float(analyse)
+        train = _seconds(summary, "seconds_this_session") if summary.is_file() else 0.0
+        analyse = _seconds(done, "seconds") if done.is_file() else 0.0
+        return train, analyse
+
+
+def _seconds(path: Path, key: str) -> float:
+    """The seconds a checked JSON file records under `key` (0 when absent): a number ≥ 0, else it is refused."""
+    value = layout.read_json(path).get(key, 0.0)
+    if not isinstance(value, int | float) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
+        raise layout.damaged(path, f"{key} = {value!r}; headway writes a number of seconds there")
+    return float(value)
 
 
 def by_task(runs: list[RunConfig]) -> dict[str, list[int]]:

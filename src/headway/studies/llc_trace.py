@@ -15,8 +15,9 @@ from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight
 from headway.errors import TimeLimitReached
 from headway.progress import tracked
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
+from headway.runs.schema import TableSchema
 from headway.runs.store import load_model
 from headway.train.objective import readout_loss, run_loss
 
@@ -50,15 +51,16 @@ def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) 
 
 
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
-              count: int | None, device: torch.device | str, progress: bool, weights: str = "all",
-              tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None, stamp: dict | None = None,
-              precision: str = "fp32", deadline: float | None = None) -> pd.DataFrame:
+              count: int | None, device: torch.device | str, progress: bool, schema: TableSchema,
+              weights: str = "all", tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+              stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None) -> pd.DataFrame:
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so `invalid` says when
-    chains left the basin), passed through `tag`. Each checkpoint is saved to `folder`
-    as it finishes and reused while `stamp` (with the SGLD settings and runs) is unchanged. Losses are
+    chains left the basin), passed through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
+    Each checkpoint is saved to `folder` as it finishes and reused while `stamp` (with the SGLD settings and
+    runs) is unchanged. Losses are
     evaluated at `precision` (`headway.compute`). Once `deadline` (a `time.time()` value) has passed, no
     further checkpoint is started: TimeLimitReached, with every finished checkpoint kept for the next call."""
     if not instances:
@@ -83,11 +85,11 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     for step in tracked(steps, "LLC over training", "checkpoint", enabled=progress):
         path = folder / f"step_{step:07d}.parquet"
         if path.is_file():
-            frames.append(layout.read_table(path))
+            frames.append(layout.read_table(path, schema))
             continue
         TimeLimitReached.check(deadline, f"in the LLC trace of {run_dir.name} ({len(frames)} of {len(steps)} "
                                          "checkpoints done)")
-        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), instances)
+        model.load_instances(load_checkpoint(run_dir, step, runs, model), instances)
         parts = []
         anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group
         for name, mask in masks.items():
@@ -100,6 +102,6 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             parts.append(frame)
         frame = pd.concat(parts, ignore_index=True)
         frame = tag(frame) if tag else frame
-        layout.write_table(path, frame)
+        layout.write_table(path, frame, schema)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)

@@ -9,8 +9,21 @@ then decides every claim of a study together:
 - **not reproduced** — it does not, and the design had at least `rules.power` to detect the stated effect
   (at the Bonferroni level alpha / m, the strictest Holm step, so the power is never overstated);
 - **not testable** — the finding says why it cannot be tested (a missing control, a circuit that cannot
-  beat its null, too few learned runs), its p-value is missing, or it has too little power. An untestable
-  claim never counts as a refutation, and a missing value never passes a comparison.
+  beat its null, too few learned runs), one of its inputs holds a missing value, its p-value is missing or
+  no probability, or it has too little power (or none known). An untestable claim never counts as a
+  refutation, and a missing value never passes a comparison.
+
+**A missing input makes a claim not testable.** Every claim is a function of its input tables declared with
+`checked_claim`: its statement, its test in words, and for each table the columns it reads (`reads`). The
+function sees each table restricted to those columns, so it cannot read one it did not declare, and reading a
+column — as a whole (`table.col`, `table["col"]`, a group-by or merge key, `to_numpy`) or value by value
+(`itertuples`) — checks it on the rows the function holds at that moment: a claim that keeps its learned runs
+first checks the accuracy on every run, then the mode only on the learned ones. A NaN, None or absent column
+raises `MissingInput`, which `checked_claim` turns into a not-testable finding naming the table, the column
+and how many of how many rows hold the missing value. Where a missing value is part of the data (a run that
+never generalised, a pair of layers without a control), the declaration says so and what it means
+(`nullable`); a column older tables may lack is declared `optional`; a column computed from others (`solved`
+from the accuracy) is `derived` from them, and reading it checks them.
 
 The report opens with the verdicts (`verdict_callouts`) and states the rules in a Methods section
 (`methods_section`).
@@ -19,9 +32,17 @@ The report opens with the verdicts (`verdict_callouts`) and states the rules in 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
+import functools
+import inspect
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import numbers
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
 
 from headway.analysis.statistics import holm
 from headway.errors import ConfigError
@@ -61,7 +82,7 @@ class Finding:
     """One claim's pre-registered test, before the study-wide correction.
 
     `test` says in advance what decides the claim: the null or control, the test and the effect it must
-    detect. `p_value` is the test's one-sided p (NaN when it could not be computed); `power(level)` the
+    detect. `p_value` is the test's one-sided p (NaN or None when it could not be computed); `power(level)` the
     probability that the test rejects at `level` when the stated effect holds; `evidence` the numbers
     (statistic, intervals, per-cell detail); `untestable` why the claim cannot be tested here ("" when it
     can)."""
@@ -69,8 +90,8 @@ class Finding:
     claim: str
     test: str
     evidence: str
-    p_value: float = math.nan
-    power: Callable[[float], float] = lambda level: math.nan
+    p_value: float | None = math.nan
+    power: Callable[[float], float | None] = lambda level: math.nan
     untestable: str = ""
 
     @classmethod
@@ -79,22 +100,43 @@ class Finding:
         return cls(claim, test, evidence, untestable=why)
 
 
+def _probability(value: object) -> float:
+    """`value` as a probability, NaN when it is missing (None, NaN) or not one (outside [0, 1], not a number)."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        return math.nan
+    return float(value) if 0.0 <= value <= 1.0 else math.nan
+
+
+def _untestable_why(finding: Finding) -> str:
+    """Why `finding` cannot be judged ("" when it can): its own reason, or a p-value missing or no probability."""
+    if finding.untestable:
+        return finding.untestable
+    if finding.p_value is None:
+        return "the test's p-value is missing"
+    if math.isnan(_probability(finding.p_value)):
+        return ("the test's statistic could not be computed" if is_missing(finding.p_value)
+                else f"the test's p-value {finding.p_value!r} is no probability")
+    return ""
+
+
 def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
     """The verdict on every finding (None entries dropped), Holm-corrected over the testable ones at
-    `rules.alpha`; a null result is a refutation only with power ≥ `rules.power` (see the module docstring)."""
-    present = [f for f in findings if f is not None]
-    testable = [f for f in present if not f.untestable and not math.isnan(f.p_value)]
-    rejected = dict(zip(map(id, testable), holm([f.p_value for f in testable], rules.alpha)))
+    `rules.alpha`; a null result is a refutation only with power ≥ `rules.power` (see the module docstring).
+    A finding whose p-value is missing (None or NaN) or no probability is not testable; a power that is
+    missing or no probability is unknown, so a null result refutes nothing."""
+    given = [f for f in findings if f is not None]
+    testable = [f for f in given if not _untestable_why(f)]
+    rejected = dict(zip(map(id, testable), holm([float(f.p_value) for f in testable], rules.alpha)))
     level = rules.alpha / max(1, len(testable))
     verdicts = []
-    for finding in present:
+    for finding in given:
         rule = f"Test, fixed in advance: {finding.test}."
-        if finding.untestable or math.isnan(finding.p_value):
-            why = finding.untestable or "the test's statistic could not be computed"
+        why = _untestable_why(finding)
+        if why:
             verdicts.append(Verdict(finding.claim, "not testable",
                                     f"{rule} Not testable: {why}." + (f" {finding.evidence}" if finding.evidence else "")))
             continue
-        power = float(finding.power(level))
+        power = _probability(finding.power(level))
         judged = (f"p = {finding.p_value:.3g}, judged with Holm's correction over {len(testable)} testable claim(s) "
                   f"at family-wise α = {rules.alpha:g}")
         if rejected[id(finding)]:
@@ -106,9 +148,263 @@ def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
             shown = "unknown" if math.isnan(power) else f"{power:.2f}"
             tail = (f"{judged}: not rejected, but the design's power {shown} is below {rules.power:g}, so the null "
                     "result refutes nothing.")
-        verdicts.append(Verdict(finding.claim, status, f"{rule} {finding.evidence} {tail}", finding.p_value,
+        verdicts.append(Verdict(finding.claim, status, f"{rule} {finding.evidence} {tail}", float(finding.p_value),
                                 rules.alpha, None if math.isnan(power) else power))
     return verdicts
+
+
+def intersection_union(p_values: Sequence[float]) -> float:
+    """The p-value of a claim that needs every one of several tests to reject (intersection–union): the
+    largest, NaN when one is missing (a missing test never passes; Python's max would skip a NaN it meets
+    second)."""
+    values = [_probability(p) for p in p_values]
+    return math.nan if not values or any(math.isnan(p) for p in values) else max(values)
+
+
+# --- the missing-input rule ------------------------------------------------------------------------
+
+class MissingInput(Exception):
+    """A claim read a missing value from one of its inputs; `reason` says which (`checked_claim` makes the
+    claim not testable for it)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def is_missing(value: object) -> bool:
+    """Whether one value is missing: None, NaN, pandas' NA or NaT (a list or string is a value)."""
+    return value is None or (pd.api.types.is_scalar(value) and bool(pd.isna(value)))
+
+
+def present(what: str, value: Any) -> Any:
+    """`value`, or MissingInput naming `what` when it is missing: for the inputs of a claim that are no table
+    column (a statistic computed beforehand, a field of a traced run)."""
+    if is_missing(value):
+        raise MissingInput(f"{what} is missing")
+    return value
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The columns a claim reads from one input table (build with `reads`). `columns`: every column it reads,
+    checked for missing values where read unless `nullable`; `nullable`: column → what its missing value
+    means (part of the data, never a missing input); `optional`: columns a table may lack (checked where
+    present); `derived`: column → the columns it is computed from, checked with it. A name ending in `*`
+    stands for every column it begins."""
+
+    columns: tuple[str, ...]
+    nullable: Mapping[str, str] = field(default_factory=dict)
+    optional: tuple[str, ...] = ()
+    derived: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        named = set(self.nullable) | set(self.optional) | set(self.derived) | {c for s in self.derived.values()
+                                                                                for c in s}
+        unlisted = sorted(named - set(self.columns))
+        if unlisted:
+            raise ValueError(f"reads: {', '.join(unlisted)} must be among the columns read")
+
+    def declared(self, column: str) -> str | None:
+        """The declared name (itself, or the `*` pattern) that covers `column`, None if none does."""
+        return next((c for c in self.columns if c == column or (c.endswith("*") and fnmatch.fnmatchcase(column, c))),
+                    None)
+
+
+def reads(*columns: str, nullable: Mapping[str, str] | None = None, optional: Sequence[str] = (),
+          derived: Mapping[str, Sequence[str]] | None = None) -> Reads:
+    """What a claim reads from one table (`Reads`): the columns, then those whose missing value is data
+    (with its meaning), those the table may lack, and those computed from others."""
+    return Reads(tuple(columns), dict(nullable or {}), tuple(optional),
+                 {k: tuple(v) for k, v in (derived or {}).items()})
+
+
+@dataclass(frozen=True)
+class _Column:
+    """How one column of a checked table is read: the table it came from, whether a missing value is data,
+    and the columns it is derived from."""
+
+    table: str
+    nullable: bool
+    sources: tuple[str, ...] = ()
+
+
+class CheckedFrame(pd.DataFrame):
+    """A claim's view of one input table: only its declared columns, each checked for missing values on the
+    rows held when it is read (module docstring). Row selections, merges and copies stay checked; a column
+    found whole stays whole in a selection of its rows, so it is checked once."""
+
+    _metadata = ["_read", "_whole"]
+    _read: dict[str, _Column] | None = None
+    _whole: frozenset[str] = frozenset()
+
+    @property
+    def _constructor(self) -> type[CheckedFrame]:
+        return CheckedFrame
+
+    def _plain(self) -> pd.DataFrame:
+        return pd.DataFrame(self)
+
+    def _check(self, name: str) -> None:
+        """MissingInput when column `name` (or a column it is derived from) holds a missing value here."""
+        if name in self._whole:
+            return
+        read = self._read
+        if read is None:  # pandas building a result (a merge) before `merge` declares it
+            return
+        column = read.get(name)
+        if column is not None and not column.nullable:
+            values = pd.DataFrame.__getitem__(self, name)
+            lost = int(values.isna().sum())
+            if lost:
+                raise MissingInput(f"{name} in {column.table} is missing in {lost} of the {len(values)} row(s) the "
+                                   "test reads")
+        for source in column.sources if column else ():
+            self._check(source)
+        object.__setattr__(self, "_whole", self._whole | {name})
+
+    def _check_all(self) -> None:
+        for name in self.columns:
+            if isinstance(name, str):
+                self._check(name)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str) and key in self.columns:
+            self._check(key)
+        elif isinstance(key, list | tuple) and key and all(isinstance(k, str) for k in key):
+            for name in key:
+                if name in self.columns:
+                    self._check(name)
+        return super().__getitem__(key)
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)  # a column is read through __getitem__, which checks it
+        if isinstance(value, pd.Series) and not name.startswith("_") and name in self.columns:
+            self._check(name)
+        return value
+
+    def merge(self, right: Any, *args: Any, **kwargs: Any) -> CheckedFrame:
+        merged = CheckedFrame(super().merge(right, *args, **kwargs))  # checked afresh: a merge may add rows
+        merged._read = {**(getattr(right, "_read", None) or {}), **(self._read or {})}
+        merged._whole = frozenset()
+        return merged
+
+    def itertuples(self, index: bool = True, name: str | None = "Pandas") -> Iterator[Any]:
+        """Rows whose values are checked as they are read (`row.col`)."""
+        for row in self._plain().itertuples(index, name):
+            yield _CheckedRow(row, self)
+
+    def iterrows(self) -> Iterator[tuple[Any, pd.Series]]:
+        """Rows as Series, every declared column checked first (a Series row reads them all)."""
+        self._check_all()
+        return self._plain().iterrows()
+
+    def to_numpy(self, *args: Any, **kwargs: Any) -> Any:
+        self._check_all()
+        return self._plain().to_numpy(*args, **kwargs)
+
+
+class _CheckedRow:
+    """One row of a CheckedFrame: reading a value checks it (and the values it is derived from)."""
+
+    def __init__(self, row: Any, frame: CheckedFrame) -> None:
+        self._row, self._frame = row, frame
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._row, name)
+        column = (self._frame._read or {}).get(name)
+        if column is not None:
+            if not column.nullable and is_missing(value):
+                self._frame._check(name)  # raises, counting the rows of the frame that miss it
+            for source in column.sources:
+                getattr(self, source)
+        return value
+
+
+def checked(frame: pd.DataFrame, table: str, read: Reads) -> CheckedFrame:
+    """`frame` as a claim reads it: restricted to the columns `read` declares (those present), each checked
+    where read. A table with rows that lacks a declared column that is not optional raises MissingInput.
+    `table` names it in a reason ("the final table")."""
+    if not isinstance(frame, pd.DataFrame):
+        raise MissingInput(f"{table} is missing")
+    columns: dict[str, _Column] = {}
+    positions = []
+    for position, name in enumerate(frame.columns):
+        declared = read.declared(name) if isinstance(name, str) else None
+        if declared is not None:
+            columns[name] = _Column(table, declared in read.nullable, read.derived.get(declared, ()))
+            positions.append(position)
+    absent = [c for c in read.columns if not c.endswith("*") and c not in columns and c not in read.optional]
+    if absent and len(frame):
+        raise MissingInput(f"{table} has no {', '.join(absent)} column")
+    view = CheckedFrame(pd.DataFrame(frame).take(positions, axis=1))
+    view._read = columns
+    return view
+
+
+def check(frame: CheckedFrame, *columns: str) -> None:
+    """Read `columns` of a checked table on its rows: MissingInput where one misses a value. For the inputs a
+    claim consumed through a statistic computed beforehand (the learned runs' modes behind a gap test)."""
+    frame[list(columns)]
+
+
+def verify(frame: pd.DataFrame, table: str, read: Reads) -> CheckedFrame:
+    """`checked`, with every declared column checked on every row at once: for inputs a claim reads through
+    code shared beyond it (a traced run's metrics and LLC trace)."""
+    view = checked(frame, table, read)
+    view._check_all()
+    return view
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim as its test function sees it: the statement and the test in words, from which it builds its
+    finding."""
+
+    statement: str
+    test: str
+
+    def finding(self, evidence: str, p_value: float, power: Callable[[float], float]) -> Finding:
+        """The test's outcome: its evidence, one-sided p-value and power at a level."""
+        return Finding(self.statement, self.test, evidence, p_value, power)
+
+    def not_testable(self, why: str, evidence: str = "") -> Finding:
+        """The claim cannot be tested here, and why."""
+        return Finding.not_testable(self.statement, self.test, why, evidence)
+
+
+def checked_claim(statement: str | Callable[[Any], str], test: Callable[[Any], str],
+                  **tables: Reads) -> Callable[[Callable[..., Finding | None]], Callable[..., Finding | None]]:
+    """Declare a claim's test function: its statement (text, or a function of the rules), its test in words (a
+    function of the rules) and, per table argument, what it reads (`reads`). The function takes a `rules`
+    argument and, by keyword, `claim` (a `Claim`); callers pass the rest. Each table reaches it as a
+    `CheckedFrame`, and a missing input it reads makes the claim not testable with the reason."""
+    def decorate(function: Callable[..., Finding | None]) -> Callable[..., Finding | None]:
+        signature = inspect.signature(function)
+        unknown = sorted(set(tables) - set(signature.parameters))
+        if unknown or "rules" not in signature.parameters or "claim" not in signature.parameters:
+            raise ValueError(f"{function.__name__}: a checked claim takes rules, claim and its declared tables "
+                             f"(unknown: {', '.join(unknown) or 'none'})")
+        outer = signature.replace(parameters=[p for n, p in signature.parameters.items() if n != "claim"])
+
+        @functools.wraps(function)
+        def judged(*args: Any, **kwargs: Any) -> Finding | None:
+            bound = outer.bind(*args, **kwargs)
+            bound.apply_defaults()
+            rules = bound.arguments["rules"]
+            claim = Claim(statement(rules) if callable(statement) else statement, test(rules))
+            try:
+                given = {name: checked(value, f"the {name} table", tables[name]) if name in tables else value
+                         for name, value in bound.arguments.items()}
+                return function(**given, claim=claim)
+            except MissingInput as missing:
+                return claim.not_testable(f"a missing input: {missing.reason}")
+
+        judged.__signature__ = outer  # type: ignore[attr-defined]
+        judged.reads = dict(tables)  # type: ignore[attr-defined]
+        return judged
+
+    return decorate
 
 
 def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str) -> Report:

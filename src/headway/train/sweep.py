@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -49,7 +50,8 @@ def training_jobs(runs: list[RunConfig], out: Path, device: str, progress: bool,
 
 def train_runs(runs: list[RunConfig], out: Path | str, device: str = "auto", progress: bool = True,
                executor: Executor | None = None, compute: ComputeSettings | None = None,
-               deadline: float | None = None, max_ensemble: int | None = None) -> pd.DataFrame:
+               deadline: float | None = None, max_ensemble: int | None = None,
+               on_start: Callable[[], None] | None = None) -> pd.DataFrame:
     """Train every run under `out` (one sub-directory per ensemble); return the metrics of `runs`.
 
     A run already in `out` is not trained again: finished, it is reused; unfinished, its ensemble
@@ -58,12 +60,15 @@ def train_runs(runs: list[RunConfig], out: Path | str, device: str = "auto", pro
     `deadline` are handed to every ensemble's trainer. A new ensemble holds at most `max_ensemble` runs;
     left None, with the local executor, a shape whose runs might not fit the device together is split
     into ensembles of the measured capacity (`headway.train.capacity`; on a cluster only `max_ensemble`
-    splits, as the machines that train are not this one).
+    splits, as the machines that train are not this one). `on_start` is called once the jobs are known, before the
+    first starts: what is checked before any training (the grid, the ensembles already in `out`) has passed.
     """
     out, executor = Path(out), executor or LocalExecutor()
     job_device = executor.prepare(device)
     jobs = training_jobs(runs, out.resolve(), job_device, progress and executor.jobs_show_progress, compute, deadline,
                          max_ensemble, sized=isinstance(executor, LocalExecutor))
+    if on_start is not None:
+        on_start()
     executor.run(jobs, "training", out, job_device, progress)
     metrics = load_metrics(out)
     wanted = [run.run_id for run in runs]

@@ -14,12 +14,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.errors import STOP_SIGNALS, ConfigError, Interrupted, Stopped, TimeLimitReached
+from headway.errors import STOP_SIGNALS, ConfigError, Interrupted, TimeLimitReached, note_stop
 from headway.model.transformer import EnsembleTransformer
 from headway.progress import progress
 from headway.runs import layout
-from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors
+from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors, tensor_spec
 from headway.runs.config import RunConfig
+from headway.runs.metrics import is_logged, metrics_schema
 from headway.runs.store import finished_metrics, plain_value
 from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
@@ -69,7 +70,7 @@ def build_model(runs: list[RunConfig], device: torch.device | str) -> EnsembleTr
     """An untrained ensemble for runs of one shape, instance e initialised from runs[e].seed."""
     task = runs[0].task
     return EnsembleTransformer.from_seeds(runs[0].model, task.d_vocab, task.n_ctx, task.d_out,
-                                          [run.seed for run in runs], device)
+                                          [run.seed for run in runs], device, task.n_slots)
 
 
 class EnsembleTrainer:
@@ -102,6 +103,7 @@ class EnsembleTrainer:
         self.update_mode = None if mode is None else "default"  # in-place updates gain nothing from CUDA graphs
         self.deadline = deadline
         self._stop_signal: int | None = None  # the signal that asked training to stop, once one has
+        self._repeated_stops = 0  # stop signals after that one, noted while the state is saved
         self._reported: set[int] = set()
 
     def fit(self) -> pd.DataFrame:
@@ -123,7 +125,10 @@ class EnsembleTrainer:
         data, model, optim, state = self.setup()
         rows: list[dict] = []
         start = 0
-        resumed = load_resume_state(self.run_dir, self.device)
+        # the state is checked against the tensors this trainer saves (`tensor_spec`), so a file of another shape
+        # is refused before it is read
+        resumed = load_resume_state(self.run_dir, self.runs, tensor_spec(dict(model.named_parameters())),
+                                    tensor_spec({**optim.state_tensors(), **state.tensors()}), self.device)
         if resumed is not None:
             weights, tensors, counters, metrics = resumed
             model.load_instances(weights)
@@ -145,14 +150,14 @@ class EnsembleTrainer:
                 self.train_step(model, data, optim, state, step)
                 done = step + 1
                 bar.update(1)
-                if done % cfg.eval_every == 0 or done == cfg.steps:
+                if is_logged(cfg, done):
                     self._log(model, data, state, done, rows, bar)
                 out_of_time = self.deadline is not None and time.time() >= self.deadline and done < cfg.steps
                 stop = self._stop_signal
                 if done in keep or stop is not None or out_of_time:
                     self._save(model, optim, state, done, rows, keep)
                 if stop is not None:
-                    raise Interrupted(done, stop)
+                    raise Interrupted(done, stop, self._repeated_stops)
                 if out_of_time:
                     raise TimeLimitReached(done)
         finally:
@@ -180,10 +185,13 @@ class EnsembleTrainer:
         return data, model, optim, TrainerState.fresh(n, self.device)
 
     def _request_stop(self, signum: int, frame) -> None:
-        """The first Ctrl-C, SIGTERM or SIGHUP lets the step finish and saves; a second stops at once, unsaved."""
-        if self._stop_signal is not None:
-            raise Stopped(signum)
-        self._stop_signal = signum
+        """The first Ctrl-C, SIGTERM or SIGHUP lets the step finish and saves; one that comes after it (a scheduler
+        repeating its SIGTERM) is counted, never obeyed, so that it cannot cut the save short (`note_stop`)."""
+        note_stop(signum)
+        if self._stop_signal is None:
+            self._stop_signal = signum
+        else:
+            self._repeated_stops += 1
 
     def train_step(self, model, data: EnsembleData, optim: EnsembleAdam, state: TrainerState, step: int) -> None:
         """Update `step` → `step + 1` for every active instance; flags instances that diverge."""
@@ -249,8 +257,8 @@ class EnsembleTrainer:
             save_tensors(layout.checkpoint_path(self.run_dir, step), weights, {"step": str(step)})
         metrics = pd.DataFrame(rows)
         save_resume_state(self.run_dir, step, weights, {**optim.state_tensors(), **state.tensors()},
-                          {"step": step, "optimizer_steps": optim.steps_taken}, metrics)
-        layout.write_table(self.run_dir / layout.METRICS, metrics)
+                          {"step": step, "optimizer_steps": optim.steps_taken}, metrics, self.runs)
+        layout.write_table(self.run_dir / layout.METRICS, metrics, metrics_schema(self.runs))
 
     def _write_summary(self, metrics: pd.DataFrame, state: TrainerState, seconds: float, start: int) -> None:
         last = metrics[metrics.step == metrics.step.max()].set_index("instance")

@@ -10,8 +10,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.tasks.modular.fourier import (
@@ -44,7 +43,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                           "logit_share_all": logits.sum(axis=1)})
     curve = []
     for step in checkpoint_steps(run_dir):
-        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), members)
+        model.load_instances(load_checkpoint(run_dir, step, runs, model), members)
         shares = embedding_spectrum(model, p)
         curve.append(pd.DataFrame({"step": step, "instance": np.arange(e),
                                    "effective_frequencies": effective_frequencies(shares),

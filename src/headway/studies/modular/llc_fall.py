@@ -8,11 +8,11 @@ import math
 
 import pandas as pd
 
-from headway.analysis.development import Development
+from headway.analysis.development import Development, applied_bias
 
 LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",
                "start", "peak_step", "peak", "final_step", "final", "rise", "rise_se", "fall", "fall_se",
-               "peak_candidates", "p_rise", "p_fall", "rises_then_falls", "invalid", "excluded"]
+               "peak_candidates", "p_rise", "p_fall", "rises_then_falls", "invalid", "excluded", "bias"]
 
 
 def unreadable(traced: Development) -> str:
@@ -28,18 +28,20 @@ def unreadable(traced: Development) -> str:
             f"{', '.join(map(str, after))}: {'; '.join(reasons)})")
 
 
-def llc_table(developments: list[Development], runs: pd.DataFrame, bias: float) -> pd.DataFrame:
+def llc_table(developments: list[Development], runs: pd.DataFrame) -> pd.DataFrame:
     """One row per traced run (LLC_COLUMNS): its grid coordinates and grokking, its first valid, peak and last
     valid λ̂, the rise (peak − start) / peak and the fall (peak − final) / peak with standard errors over the
-    peak (each value's SE and `bias` × value, in quadrature, as `development` weighs them), development's
-    p-values, how many valid checkpoints after the first the peak was chosen from (the rise's p is
-    selected over them), and why its fall is unreadable ("" when it is not)."""
+    peak (each value's SE and the bias its Development was weighed with × value, in quadrature, as
+    `development` weighs them), development's p-values, how many valid checkpoints after the first the peak
+    was chosen from (the rise's p is selected over them), why its fall is unreadable ("" when it is not), and
+    that bias (NaN: not measured, weighed as 0)."""
     meta = runs.set_index("run_id")
     rows = []
     for traced in developments:
         whole = traced.llc[traced.llc.weights == "all"].set_index("step")
         valid = [int(step) for step in whole.index if int(step) not in traced.excluded]
         final_step = max(valid) if valid else -1
+        bias = applied_bias(traced.bias)
 
         def noise(step: int) -> float:
             value, se = float(whole.loc[step, "llc_mean"]), float(whole.loc[step, "llc_se"])
@@ -58,5 +60,5 @@ def llc_table(developments: list[Development], runs: pd.DataFrame, bias: float) 
             "fall": (traced.peak - traced.final) / traced.peak if readable else math.nan,
             "fall_se": math.hypot(peak_noise, noise(final_step)) / traced.peak if readable else math.nan,
             "peak_candidates": max(0, len(valid) - 1), "p_rise": traced.p_rise, "p_fall": traced.p_fall, "rises_then_falls": traced.rises_then_falls,
-            "invalid": unreadable(traced), "excluded": traced.exclusions()})
+            "invalid": unreadable(traced), "excluded": traced.exclusions(), "bias": traced.bias})
     return pd.DataFrame(rows, columns=LLC_COLUMNS).astype({"grokked": bool, "rises_then_falls": bool})

@@ -32,10 +32,10 @@ LLC_SHOWN = ["weight_decay", "seed", "grokked", "generalised_step", "start_step"
 def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict], out: Path) -> Path:
     """Every output of the study into `out`; return the report's path."""
     figures = fresh_figures(out)
-    tables.runs.to_csv(out / "results.csv", index=False)
+    layout.write_text(out / "results.csv", tables.runs.to_csv(index=False))
     curve = data.tables["llc_curve"]
     if len(curve):
-        curve.drop(columns="loss_trace", errors="ignore").to_csv(out / "llc_curve.csv", index=False)
+        layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
 
     report = Report("Grokking modular addition",
                     f"headway study modular · scale `{data.plan.scale}` · {len(tables.runs)} trained transformers")

@@ -12,6 +12,7 @@ from headway.runs.config import RunConfig
 from headway.studies.base import Study, StudyData, by_task
 from headway.studies.modular.plan import STUDY_SCALES, ModularPlan, study_plan
 from headway.studies.modular.rules import ModularRules
+from headway.studies.modular.schema import SCHEMAS
 from headway.studies.registry import register_study
 from headway.studies.verdict import Verdict
 
@@ -33,7 +34,8 @@ class ModularStudy(Study):
     doc = "docs/study-modular.md"
     plan_class = ModularPlan
     scales = STUDY_SCALES
-    tables = ("spectrum", "fourier", "fourier_curve", "llc_curve")
+    schemas = SCHEMAS
+    tables = tuple(SCHEMAS)
     version = 1
     rules_class = ModularRules
     plan: ModularPlan
@@ -61,7 +63,8 @@ class ModularStudy(Study):
                 parts[name].append(self.tag(frame, runs, members))
         traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld,
-                                        self.plan.llc_checkpoints, device, self.progress, weights="all",
+                                        self.plan.llc_checkpoints, device, self.progress, self.schemas["llc_curve"],
+                                        weights="all",
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version, **self.precision_stamp()},
                                         precision=self.compute.precision, deadline=self.deadline)]

@@ -12,7 +12,9 @@ alone. Each claim is a test fixed before the data (docs/study-modular.md, "Verdi
   bias, and that it rose to that peak by its grokking step (development's z-test, Bonferroni-corrected
   over the checkpoints the peak was picked from); every such run must pass (intersection-union).
 
-`judge` then corrects over the claims (Holm) and refutes only with power (headway.studies.verdict).
+`judge` then corrects over the claims (Holm) and refutes only with power (headway.studies.verdict). Each
+claim declares the columns it reads (`checked_claim`): a missing value in one of them makes it not testable,
+except where it is data (a run that never memorised or generalised, a bias not measured).
 """
 
 from __future__ import annotations
@@ -37,14 +39,14 @@ from headway.analysis.statistics import (
 from headway.studies.base import StudyData
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import ModularTables, summarise
-from headway.studies.verdict import Finding, Verdict, judge
+from headway.studies.verdict import Claim, Finding, Verdict, checked_claim, intersection_union, judge, reads
 
 
 def verdicts(tables: ModularTables, rules: ModularRules) -> list[Verdict]:
     """Every claim judged together, in report order."""
     runs = tables.runs
     return judge([groks_with_decay(runs, rules), decay_is_needed(runs, rules), fourier_sparsity(runs, rules),
-                  logits_from_keys(runs, rules), llc_falls_at_grokking(tables.llc, rules, tables.llc_bias)], rules)
+                  logits_from_keys(runs, rules), llc_falls_at_grokking(tables.llc, rules)], rules)
 
 
 def verdict_sensitivity(data: StudyData, tables: ModularTables) -> pd.DataFrame:
@@ -61,14 +63,19 @@ def verdict_sensitivity(data: StudyData, tables: ModularTables) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def share_finding(claim: str, test: str, holds: pd.Series, rules: ModularRules, evidence: str) -> Finding:
+def share_finding(claim: Claim, holds: pd.Series, rules: ModularRules, evidence: str) -> Finding:
     """The exact one-sided binomial test that more than `null_share` of the runs in `holds` show a property,
     with its power at `effect_share`; the evidence opens with the count and its 95% Wilson interval."""
     k, n = int(holds.sum()), len(holds)
     low, high = wilson_interval(k, n)
     counted = f"{k} of {n} runs (95% interval {low:.2f}–{high:.2f}); {evidence}"
-    return Finding(claim, test, counted, binomial_tail(k, n, rules.null_share),
-                   lambda level: binomial_power(n, rules.null_share, rules.effect_share, level))
+    return claim.finding(counted, binomial_tail(k, n, rules.null_share),
+                         lambda level: binomial_power(n, rules.null_share, rules.effect_share, level))
+
+
+# Missing values that are data in the runs table: the steps a run never reached.
+NEVER = {"memorised_step": "the run never memorised", "generalised_step": "the run never generalised",
+         "delay": "the run did not both memorise and generalise"}
 
 
 def _share_test(what: str, rules: ModularRules) -> str:
@@ -87,30 +94,43 @@ def _steps(row) -> str:
     return f"seed {int(row.seed)} (fraction {row.train_fraction:g}): memorised {memo}, generalised {general}{delay}"
 
 
-def groks_with_decay(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+def _groks_claim(rules: ModularRules) -> str:
+    return (f"With weight decay the model groks: training accuracy reaches {rules.memorised:.0%} first, test accuracy "
+            f"reaches {rules.generalised:.0%} (and stays) at least {rules.delay:g}× later")
+
+
+@checked_claim(_groks_claim, lambda rules: _share_test("the runs with weight decay that grok", rules),
+               runs=reads("weight_decay", "grokked", "seed", "train_fraction", "val_accuracy", *NEVER, nullable=NEVER))
+def groks_with_decay(runs: pd.DataFrame, rules: ModularRules, *, claim: Claim) -> Finding:
     """Grokked runs among the runs with weight decay, against `null_share`."""
-    claim = (f"With weight decay the model groks: training accuracy reaches {rules.memorised:.0%} first, test accuracy "
-             f"reaches {rules.generalised:.0%} (and stays) at least {rules.delay:g}× later")
-    test = _share_test("the runs with weight decay that grok", rules)
     decayed = runs[runs.weight_decay > 0]
     if decayed.empty:
-        return Finding.not_testable(claim, test, "no run with weight decay was trained",
-                                    f"{len(runs)} runs, all without weight decay.")
-    return share_finding(claim, test, decayed.grokked, rules,
+        return claim.not_testable("no run with weight decay was trained",
+                                  f"{len(runs)} runs, all without weight decay.")
+    return share_finding(claim, decayed.grokked, rules,
                          "; ".join(_steps(r) for r in decayed.itertuples()) + f"; final test accuracy "
                          f"{decayed.val_accuracy.min():.3f}–{decayed.val_accuracy.max():.3f}.")
 
 
-def decay_is_needed(runs: pd.DataFrame, rules: ModularRules) -> Finding:
-    """Runs that generalise, with weight decay against without (the control), by Fisher's exact test."""
-    claim = (f"Without weight decay the model does not generalise (test accuracy ≥ {rules.generalised:.0%}) "
-             "within the same steps")
-    test = (f"Fisher's exact one-sided test that runs with weight decay generalise more often than the control, the "
+def _decay_claim(rules: ModularRules) -> str:
+    return (f"Without weight decay the model does not generalise (test accuracy ≥ {rules.generalised:.0%}) "
+            "within the same steps")
+
+
+def _decay_test(rules: ModularRules) -> str:
+    return (f"Fisher's exact one-sided test that runs with weight decay generalise more often than the control, the "
             f"runs without it; stated effect: {rules.effect_share:.0%} against {rules.control_share:.0%}")
+
+
+@checked_claim(_decay_claim, _decay_test,
+               runs=reads("weight_decay", "generalised_step", "val_accuracy", "train_accuracy",
+                          nullable={"generalised_step": NEVER["generalised_step"]}))
+def decay_is_needed(runs: pd.DataFrame, rules: ModularRules, *, claim: Claim) -> Finding:
+    """Runs that generalise, with weight decay against without (the control), by Fisher's exact test."""
     decayed, plain = runs[runs.weight_decay > 0], runs[runs.weight_decay == 0]
     if decayed.empty or plain.empty:
-        return Finding.not_testable(claim, test, f"no run {'with' if decayed.empty else 'without'} weight decay was "
-                                    "trained", f"{len(decayed)} runs with weight decay, {len(plain)} without.")
+        return claim.not_testable(f"no run {'with' if decayed.empty else 'without'} weight decay was trained",
+                                  f"{len(decayed)} runs with weight decay, {len(plain)} without.")
     k1, n1 = int(decayed.generalised_step.notna().sum()), len(decayed)
     k0, n0 = int(plain.generalised_step.notna().sum()), len(plain)
     (l1, h1), (l0, h0) = wilson_interval(k1, n1), wilson_interval(k0, n0)
@@ -118,96 +138,142 @@ def decay_is_needed(runs: pd.DataFrame, rules: ModularRules) -> Finding:
                 f"without (95% interval {l0:.2f}–{h0:.2f}); without weight decay final test accuracy "
                 f"{plain.val_accuracy.min():.3f}–{plain.val_accuracy.max():.3f}, training-set accuracy "
                 f"{plain.train_accuracy.min():.3f}–{plain.train_accuracy.max():.3f}.")
-    return Finding(claim, test, evidence, fisher_greater(k1, n1, k0, n0),
-                   lambda level: fisher_power(n1, n0, rules.effect_share, rules.control_share, level))
+    return claim.finding(evidence, fisher_greater(k1, n1, k0, n0),
+                         lambda level: fisher_power(n1, n0, rules.effect_share, rules.control_share, level))
 
 
-def fourier_sparsity(runs: pd.DataFrame, rules: ModularRules) -> Finding:
-    """Grokked runs whose embedding is `sparser` times sparser than the same model at initialisation."""
-    claim = (f"A grokked model's embedding uses a handful of key frequencies: it is spread over at most "
-             f"1/{rules.sparser:g} of the effective frequencies of the same model at initialisation")
-    test = _share_test(f"grokked runs with at most 1/{rules.sparser:g} of the effective frequencies of their "
+def _sparsity_claim(rules: ModularRules) -> str:
+    return (f"A grokked model's embedding uses a handful of key frequencies: it is spread over at most "
+            f"1/{rules.sparser:g} of the effective frequencies of the same model at initialisation")
+
+
+def _sparsity_test(rules: ModularRules) -> str:
+    return _share_test(f"grokked runs with at most 1/{rules.sparser:g} of the effective frequencies of their "
                        "initialisation (the control)", rules)
+
+
+@checked_claim(_sparsity_claim, _sparsity_test,
+               runs=reads("grokked", "seed", "weight_decay", "effective_frequencies", "initial_effective_frequencies",
+                          "key_frequencies", "generalised_step",
+                          nullable={"generalised_step": NEVER["generalised_step"]}))
+def fourier_sparsity(runs: pd.DataFrame, rules: ModularRules, *, claim: Claim) -> Finding:
+    """Grokked runs whose embedding is `sparser` times sparser than the same model at initialisation."""
     grokked = runs[runs.grokked]
     if grokked.empty:
-        return Finding.not_testable(claim, test, "no run grokked", _none_grokked(runs))
+        return claim.not_testable("no run grokked", _none_grokked(runs))
     parts = [f"seed {int(r.seed)} wd {r.weight_decay:g}: {r.effective_frequencies:.1f} effective frequencies "
              f"(initialisation {r.initial_effective_frequencies:.1f}), key frequencies {r.key_frequencies}"
              for r in grokked.itertuples()]
     sparse = grokked.effective_frequencies * rules.sparser <= grokked.initial_effective_frequencies
-    return share_finding(claim, test, sparse, rules, "; ".join(parts) + ".")
+    return share_finding(claim, sparse, rules, "; ".join(parts) + ".")
 
 
-def logits_from_keys(runs: pd.DataFrame, rules: ModularRules) -> Finding:
+def _logits_claim(rules: ModularRules) -> str:
+    return ("A grokked model builds its logits from its key frequencies: cos/sin(2πk(a+b−c)/p) at those k carry "
+            f"≥ {rules.logits_explained:.0%} of the logits' variance more than as many random frequencies")
+
+
+def _logits_test(rules: ModularRules) -> str:
+    return _share_test(f"grokked runs whose key frequencies carry ≥ {rules.logits_explained:.0%} of the logits' "
+                       "variance more than as many random frequencies (the control)", rules)
+
+
+@checked_claim(_logits_claim, _logits_test,
+               runs=reads("grokked", "seed", "weight_decay", "key_logit_share", "random_logit_share", "n_key",
+                          "generalised_step", nullable={"generalised_step": NEVER["generalised_step"]}))
+def logits_from_keys(runs: pd.DataFrame, rules: ModularRules, *, claim: Claim) -> Finding:
     """Grokked runs whose key frequencies carry `logits_explained` more of the logits' variance than as
     many random frequencies (in expectation: n_key / K of the share on all K frequencies)."""
-    claim = ("A grokked model builds its logits from its key frequencies: cos/sin(2πk(a+b−c)/p) at those k carry "
-             f"≥ {rules.logits_explained:.0%} of the logits' variance more than as many random frequencies")
-    test = _share_test(f"grokked runs whose key frequencies carry ≥ {rules.logits_explained:.0%} of the logits' "
-                       "variance more than as many random frequencies (the control)", rules)
     grokked = runs[runs.grokked]
     if grokked.empty:
-        return Finding.not_testable(claim, test, "no run grokked", _none_grokked(runs))
+        return claim.not_testable("no run grokked", _none_grokked(runs))
     gap = grokked.key_logit_share - grokked.random_logit_share
     parts = [f"seed {int(r.seed)} wd {r.weight_decay:g}: {r.key_logit_share:.2f} on {int(r.n_key)} key frequencies, "
              f"{r.random_logit_share:.2f} on as many random ones" for r in grokked.itertuples()]
-    return share_finding(claim, test, gap >= rules.logits_explained, rules, "; ".join(parts) + ".")
+    return share_finding(claim, gap >= rules.logits_explained, rules, "; ".join(parts) + ".")
 
 
-def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, bias: float) -> Finding:
-    """Each traced grokked run against its control (llc_fall.llc_table rows): see the module docstring."""
-    effect = rules.llc_fall
-    claim = ("The LLC rises while the model memorises and falls as it groks, further than in the same run without "
+LLC_CLAIM = ("The LLC rises while the model memorises and falls as it groks, further than in the same run without "
              "weight decay")
-    test = ("for every traced grokked run with valid estimates from its peak on: its LLC rises to a peak by its "
+
+
+def _llc_test(rules: ModularRules) -> str:
+    return ("for every traced grokked run with valid estimates from its peak on: its LLC rises to a peak by its "
             "grokking step (one-sided z-test of the rise over the first valid checkpoint, times the checkpoints the "
             "peak was picked from) and falls from it, as a "
             "share of the peak, further than its control's, the run of the same train fraction and seed without "
             "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
             "bias); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
-            f"extra fall of {effect:.0%} of the peak")
-    noted = ("the estimator's bias was not measured (taken as 0)" if math.isnan(bias) else
-             f"the estimator's relative bias {bias:.1%} is added to every standard error")
+            f"extra fall of {rules.llc_fall:.0%} of the peak")
+
+
+# The LLC table's columns the claim reads. A run whose estimates are invalid (`invalid`) has no rise or fall, and
+# one that never generalised no grokking step: those are read only of the valid grokked runs and their controls.
+LLC_READS = reads("grokked", "weight_decay", "train_fraction", "seed", "invalid", "generalised_step", "peak_step",
+                  "peak_candidates", "p_rise", "rise", "rise_se", "peak", "fall", "fall_se", "final_step", "bias",
+                  nullable={"bias": "the estimator's bias was not measured (weighed as 0)"})
+
+
+@checked_claim(LLC_CLAIM, _llc_test, llc=LLC_READS)
+def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, *, claim: Claim) -> Finding:
+    """Each traced grokked run against its control (llc_fall.llc_table rows): see the module docstring. The
+    estimator's bias said to be weighed is the one the table's standard errors were computed with."""
     if llc.empty:
-        return Finding.not_testable(claim, test, "no run was traced",
-                                    "No run's LLC was traced over training.")
+        return claim.not_testable("no run was traced", "No run's LLC was traced over training.")
     grokked = llc[llc.grokked & (llc.weight_decay > 0)]
     if grokked.empty:
-        return Finding.not_testable(claim, test, "no traced run grokked", f"{_llc_rows(llc)}; {noted}.")
-    tests, left_out = [], []
+        return claim.not_testable("no traced run grokked", f"{_llc_rows(llc)}; {_bias_text(llc)}.")
+    tests, left_out, used = [], [], []
     for g in grokked.itertuples():
         control = llc[(llc.weight_decay == 0) & (llc.train_fraction == g.train_fraction) & (llc.seed == g.seed)]
-        problem = _unpaired(g, control)
+        c = next(control.itertuples(), None)
+        problem = _unpaired(g, c)
         if problem:
             left_out.append(f"seed {g.seed} (fraction {g.train_fraction:g}) left out: {problem}")
         else:
-            tests.append(_pair(g, control.iloc[0], effect))
+            tests.append(_pair(g, c, rules.llc_fall))
+            used += [g.Index, c.Index]
     if not tests:
-        return Finding.not_testable(claim, test, "no traced grokked run has valid estimates and a valid control",
-                                    f"{'; '.join(left_out)}; {noted}.")
-    p_value = max(p for p, _, _ in tests)
+        return claim.not_testable("no traced grokked run has valid estimates and a valid control",
+                                  f"{'; '.join(left_out)}; {_bias_text(llc)}.")
+    p_value = intersection_union([p for p, _, _ in tests])
 
     def power(level: float) -> float:
         return math.prod(run_power(level) for _, run_power, _ in tests)
 
-    return Finding(claim, test, "; ".join([text for _, _, text in tests] + left_out) + f"; {noted}.", p_value, power)
+    return claim.finding("; ".join([text for _, _, text in tests] + left_out) + f"; {_bias_text(llc.loc[used])}.",
+                         p_value, power)
 
 
-def _unpaired(g, control: pd.DataFrame) -> str:
-    """Why grokked run `g` cannot be tested against `control` (its traced runs without weight decay of the
-    same fraction and seed), "" when it can."""
+def _bias_text(llc: pd.DataFrame) -> str:
+    """The estimator's bias the rows' standard errors were computed with (their `bias`), in words."""
+    def said(bias: float) -> str:
+        return ("the estimator's bias was not measured (taken as 0)" if pd.isna(bias)
+                else f"the estimator's relative bias {bias:.1%} is added to every standard error")
+
+    runs: dict[str, list[str]] = {}
+    for row in llc.itertuples():
+        runs.setdefault(said(row.bias), []).append(f"seed {row.seed} wd {row.weight_decay:g}")
+    if len(runs) <= 1:
+        return next(iter(runs), said(math.nan))
+    return "; ".join(f"{text} for {', '.join(names)}" for text, names in runs.items())
+
+
+def _unpaired(g, c) -> str:
+    """Why grokked run `g` cannot be tested against `c`, its traced control without weight decay of the same
+    fraction and seed (None: none was traced), "" when it can."""
     if g.invalid:
         return f"its estimates are invalid: {g.invalid}"
-    if control.empty:
+    if c is None:
         return "no control was traced"
-    if control.iloc[0].grokked:
+    if c.grokked:
         return "its control grokked"
-    if control.iloc[0].invalid:
-        return f"its control's estimates are invalid: {control.iloc[0].invalid}"
+    if c.invalid:
+        return f"its control's estimates are invalid: {c.invalid}"
     return ""
 
 
-def _pair(g, c: pd.Series, effect: float) -> tuple[float, Callable[[float], float], str]:
+def _pair(g, c, effect: float) -> tuple[float, Callable[[float], float], str]:
     """One grokked run against its control: the run's p (the larger of the rise's, corrected for the peak's
     selection, and the difference's; 1 when the peak comes after the grokking step), its power at `effect`
     and the evidence."""
@@ -216,7 +282,7 @@ def _pair(g, c: pd.Series, effect: float) -> tuple[float, Callable[[float], floa
     on_time = g.peak_step <= g.generalised_step
     picked = max(1, g.peak_candidates)
     p_rise = min(1.0, picked * g.p_rise)
-    p_value = max(p_rise, normal_tail(z)) if on_time else 1.0
+    p_value = intersection_union([p_rise, normal_tail(z)]) if on_time else 1.0
     low, high = normal_interval(gap, noise)
     text = (f"seed {g.seed} (fraction {g.train_fraction:g}): rises {g.rise:.0%} ± {g.rise_se:.0%} (p {p_rise:.2g}, "
             f"peak picked from {picked} checkpoints) "

@@ -11,8 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors
+from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.studies.retrieval.rules import RetrievalRules
@@ -60,7 +59,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     few = batch.subset(slice(0, curve_examples))
     few_map = map_statements(task, few)
     for step in checkpoint_steps(run_dir):  # the final analyses are done: the model takes each checkpoint's weights
-        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), members)
+        model.load_instances(load_checkpoint(run_dir, step, runs, model), members)
         frame = head_scores(statement_patterns(model, task, few.tokens), task, few_map, causal)
         frame.insert(0, "step", step)
         curves.append(frame)

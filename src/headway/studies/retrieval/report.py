@@ -28,12 +28,12 @@ from headway.tasks.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATUR
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:
     """Write every output of the study into `out` (its runs under `out/runs`); return the report's path."""
     figures = fresh_figures(out)
-    tables.results.to_csv(out / "results.csv", index=False)
-    tables.depth.to_csv(out / "depth_table.csv", index=False)
+    layout.write_text(out / "results.csv", tables.results.to_csv(index=False))
+    layout.write_text(out / "depth_table.csv", tables.depth.to_csv(index=False))
     if not tables.phase.empty:
-        tables.phase.to_csv(out / "phase_table.csv", index=False)
+        layout.write_text(out / "phase_table.csv", tables.phase.to_csv(index=False))
     if not tables.factors.empty:
-        tables.factors.to_csv(out / "factor_table.csv", index=False)
+        layout.write_text(out / "factor_table.csv", tables.factors.to_csv(index=False))
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")

@@ -12,6 +12,7 @@ from headway.studies.base import Study, StudyData, by_task
 from headway.studies.registry import register_study
 from headway.studies.retrieval.plan import STUDY_SCALES, RetrievalPlan, study_plan
 from headway.studies.retrieval.rules import RetrievalRules
+from headway.studies.retrieval.schema import SCHEMAS
 from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
@@ -31,7 +32,8 @@ class RetrievalStudy(Study):
     plan_class = RetrievalPlan
     scales = STUDY_SCALES
     run_settings = ("steps", "vocab", "chains", "d_model", "loss")
-    tables = ("heads", "circuit", "paths", "circuit_sensitivity", "head_curves", "probes", "composition")
+    schemas = SCHEMAS
+    tables = tuple(SCHEMAS)
     version = 6  # 6: probes sized by d_model and vocab, with train accuracy; the composition check
     rules_class = RetrievalRules
 

@@ -13,7 +13,8 @@ import torch
 
 from headway.analysis.llc import SGLDSettings, estimate_llc
 from headway.runs import layout
-from headway.runs.checkpoints import checkpoint_steps, load_tensors, read_tensors
+from headway.runs.checkpoints import (TensorSpec, checkpoint_steps, load_checkpoint, read_tensors, save_tensors,
+                                      tensor_spec)
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.studies.llc_trace import training_pool
@@ -30,14 +31,33 @@ LLC_TRACE = "llc_trace"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
 
 
-def load_circuits(analysis_dir: Path, ensemble: str) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Final OV, QK circuits and diagonal scores of an analysed ensemble, with the run ids of their rows; the
-    file's digest is verified, so a damaged one is refused with one line naming it."""
+def circuits_spec(runs: list[RunConfig]) -> dict[str, TensorSpec]:
+    """The tensors of the circuits file of an ensemble of `runs` (float32, a row per run): the OV circuits
+    [E, H, values, values], the QK circuits [E, H, values + 1, values] and the diagonal scores [E, H, values]."""
+    e, h, v = len(runs), runs[0].model.heads, runs[0].task.values
+    return {"ov": (torch.float32, (e, h, v, v)), "qk": (torch.float32, (e, h, v + 1, v)),
+            "scores": (torch.float32, (e, h, v))}
+
+
+def save_circuits(folder: Path, circuits: dict[str, torch.Tensor], runs: list[RunConfig]) -> None:
+    """Keep the final circuits of an ensemble of `runs` (`circuits_spec`) beside its tables, with their run ids."""
+    if tensor_spec(circuits) != circuits_spec(runs):
+        raise RuntimeError(f"the circuits {tensor_spec(circuits)} differ from their declaration {circuits_spec(runs)}")
+    save_tensors(folder / CIRCUITS, circuits, {"run_ids": ",".join(run.run_id for run in runs)})
+
+
+def load_circuits(analysis_dir: Path, ensemble: str,
+                  runs: list[RunConfig]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Final OV, QK circuits and diagonal scores of the analysed ensemble of `runs`, with the run ids of their
+    rows; the file is checked against `circuits_spec` and its digest verified, so a damaged one, or one of other
+    runs or another shape, is refused with one line naming it."""
     path = analysis_dir / ensemble / CIRCUITS
-    tensors, metadata = read_tensors(path)
-    if "run_ids" not in metadata:
-        raise layout.damaged(path, "no run_ids in its metadata")
-    return tensors, metadata["run_ids"].split(",")
+    tensors, metadata = read_tensors(path, circuits_spec(runs), ("run_ids",))
+    ids = [run.run_id for run in runs]
+    if metadata["run_ids"] != ",".join(ids):
+        raise layout.damaged(path, f"it holds the circuits of runs {metadata['run_ids'][:100]!r}, not of its "
+                                   f"ensemble's {len(ids)} runs")
+    return tensors, ids
 
 
 def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: int = 250) -> torch.Tensor:
@@ -89,7 +109,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):
-        model.load_instances(load_tensors(layout.checkpoint_path(run_dir, step)), members)
+        model.load_instances(load_checkpoint(run_dir, step, runs, model), members)
         frame = circuit_state(model, task, few, thresholds)[3]
         frame.insert(0, "step", step)
         curve.append(frame)

@@ -17,7 +17,8 @@ from headway.report.figures import fresh_figures, save_figure
 from headway.report.html import Report
 from headway.report.messages import said_once
 from headway.runs import layout
-from headway.studies.base import ANALYSIS, StudyData
+from headway.runs.store import load_runs
+from headway.studies.base import ANALYSIS, RUNS, StudyData
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_level, run_test
@@ -32,12 +33,12 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     """Every output of the study into `out`; return the report's path."""
     figures = fresh_figures(out)
     plan, final, rules = data.plan, tables.final, data.rules
-    tables.final.to_csv(out / "results.csv", index=False)
-    tables.fractions.to_csv(out / "mode_fractions.csv", index=False)
-    tables.sweep.to_csv(out / "mode_sweep.csv", index=False)
+    layout.write_text(out / "results.csv", tables.final.to_csv(index=False))
+    layout.write_text(out / "mode_fractions.csv", tables.fractions.to_csv(index=False))
+    layout.write_text(out / "mode_sweep.csv", tables.sweep.to_csv(index=False))
     curve = data.tables["llc_curve"]
     if len(curve):
-        curve.drop(columns="loss_trace", errors="ignore").to_csv(out / "llc_curve.csv", index=False)
+        layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
 
     report = Report("Structure development in list-sorting transformers",
                     f"headway study sorting · scale `{plan.scale}` · {len(final)} trained transformers")
@@ -147,7 +148,7 @@ def _circuits_section(report: Report, data: StudyData, out: Path, final: pd.Data
                       "classifier reads.")
     index = {}
     for ensemble in data.ensembles:
-        arrays, ids = load_circuits(out / ANALYSIS, ensemble)
+        arrays, ids = load_circuits(out / ANALYSIS, ensemble, load_runs(out / RUNS / ensemble))
         index.update({run_id: (arrays, i) for i, run_id in enumerate(ids)})
     for row in _representatives(final).itertuples():
         arrays, i = index[row.run_id]
@@ -234,7 +235,7 @@ def _rise_fall_table(tables: SortingTables, rules: SortingRules) -> pd.DataFrame
     whether it passes, and its power for the stated effect."""
     rows = []
     for traced in tables.development:
-        tested = run_test(traced, rules, tables.llc_bias)
+        tested = run_test(traced, rules)
         rows.append({"run": run_title(traced), "unusable": tested.unusable, "candidate_peaks": tested.candidates,
                      "p_rise": traced.p_rise, "p_fall": traced.p_fall, "p": tested.p,
                      "rises_and_falls": tested.counted, "power": tested.power})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headway.analysis.development import Development
+from headway.analysis.development import Development, applied_bias
 from headway.analysis.statistics import normal_power, normal_tail
 from headway.studies.sorting.rules import SortingRules
 
@@ -35,21 +35,17 @@ class RunTest:
     power: float = math.nan
 
 
-def applied_bias(bias: float) -> float:
-    """The estimator's relative bias as the LLC test applies it: the measured value, 0 when not measured (NaN)."""
-    return 0.0 if math.isnan(bias) else bias
-
-
 def run_level(rules: SortingRules) -> float:
     """The per-run level: the one-sided normal tail of `llc_change_z` (the rate at which a run with no rise
     and fall is counted, at most)."""
     return normal_tail(rules.llc_change_z)
 
 
-def run_test(traced: Development, rules: SortingRules, bias: float) -> RunTest:
-    """The test of one traced run (module docstring). Unusable when it has fewer than three valid
-    checkpoints (no interior peak is possible) or its last traced checkpoint is invalid (the fall would be
-    read before an estimate the sampler lost). `bias`: the estimator's relative bias (NaN: not measured)."""
+def run_test(traced: Development, rules: SortingRules) -> RunTest:
+    """The test of one traced run (module docstring), with the estimator's bias its Development was weighed
+    with (`traced.bias`), so its power and p-values share one bias. Unusable when it has fewer than three valid
+    checkpoints (no interior peak is possible), its last traced checkpoint is invalid (the fall would be read
+    before an estimate the sampler lost), or its rise or fall has no p-value (no uncertainty to weigh it by)."""
     whole = traced.llc[traced.llc.weights == "all"].sort_values("step")
     steps = whole.step.to_numpy()
     valid = ~np.isin(steps, list(traced.excluded))
@@ -58,10 +54,13 @@ def run_test(traced: Development, rules: SortingRules, bias: float) -> RunTest:
     if not valid[-1]:
         return RunTest(traced.run_id, f"its last checkpoint (step {int(steps[-1])}) is invalid: "
                                       f"{traced.excluded[int(steps[-1])]}")
+    if math.isnan(traced.p_rise) or math.isnan(traced.p_fall):
+        return RunTest(traced.run_id, "its rise or fall has no p-value: a standard error of 0 and no bias to weigh "
+                                      "it by")
     candidates = int(valid.sum()) - 2
     p = min(1.0, candidates * max(traced.p_rise, traced.p_fall))
     level = run_level(rules)
-    typical = math.hypot(float(np.median(whole.llc_se.to_numpy(dtype=float)[valid])), applied_bias(bias) * traced.peak)
-    shift = rules.llc_fall * traced.peak / (math.sqrt(2) * typical) if typical > 0 else math.inf
-    power = normal_power(shift, 1.0, level / candidates) ** 2 if math.isfinite(shift) else 1.0
+    typical = math.hypot(float(np.median(whole.llc_se.to_numpy(dtype=float)[valid])),
+                         applied_bias(traced.bias) * traced.peak)
+    power = normal_power(rules.llc_fall * traced.peak, math.sqrt(2) * typical, level / candidates) ** 2
     return RunTest(traced.run_id, "", candidates, p, p <= level, power)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from headway.analysis.statistics import binomial_power, binomial_tail, critical_count, detectable_accuracy
 from headway.errors import ConfigError
+from headway.runs import layout
 from headway.runs.config import RunConfig
 from headway.studies.rules import Rules, rule
 from headway.studies.sorting.plan import study_plan
@@ -123,7 +124,6 @@ def classify_runs(out: Path, named: list[tuple[str, RunConfig]], examples: int, 
     """One row per run of `named` trained under `out`: condition, settings, seed, accuracies and the mode
     with every quantity the rule read, at the last checkpoint or at `step` (each ensemble's checkpoint
     at that step, with the accuracies logged there: a search stopped before its last step)."""
-    from headway.runs import layout
     from headway.runs.store import final_metrics, load_metrics, load_model, load_runs
     from headway.studies.base import by_task
 
@@ -217,14 +217,14 @@ def write_report(out: Path, table: pd.DataFrame, command: str, seconds: float | 
     """models.csv, mode_fractions.csv, tests.csv and report.md under `out`; returns the report's path. `seconds`:
     the wall time of the call that trained or classified (None when re-judged from models.csv)."""
     out.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out / "models.csv", index=False)
+    layout.write_text(out / "models.csv", table.to_csv(index=False))
     shares = fractions(table)
-    shares.to_csv(out / "mode_fractions.csv", index=False)
+    layout.write_text(out / "mode_fractions.csv", shares.to_csv(index=False))
     tests = condition_tests(table)
-    tests.to_csv(out / "tests.csv", index=False)
+    layout.write_text(out / "tests.csv", tests.to_csv(index=False))
     summary = condition_summary(table)
-    summary.to_csv(out / "conditions.csv", index=False)
-    (out / "report.md").write_text(report_text(table, shares, tests, summary, command, seconds))
+    layout.write_text(out / "conditions.csv", summary.to_csv(index=False))
+    layout.write_text(out / "report.md", report_text(table, shares, tests, summary, command, seconds))
     return out / "report.md"
 
 

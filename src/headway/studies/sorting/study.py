@@ -13,6 +13,7 @@ from headway.studies.base import Study, StudyData, by_task
 from headway.studies.registry import register_study
 from headway.studies.sorting.plan import STUDY_SCALES, SortingPlan, data_label, study_plan
 from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.schema import SCHEMAS
 from headway.studies.verdict import Verdict
 
 if TYPE_CHECKING:  # the analysis and report load when the study runs, not with its --help
@@ -30,7 +31,8 @@ class SortingStudy(Study):
     doc = "docs/study-sorting.md"
     plan_class = SortingPlan
     scales = STUDY_SCALES
-    tables = ("final", "ablation", "dla", "mode_curve", "llc_final", "mode_sweep", "llc_curve")
+    schemas = SCHEMAS
+    tables = tuple(SCHEMAS)
     version = 4
     rules_class = SortingRules
     plan: SortingPlan
@@ -58,9 +60,8 @@ class SortingStudy(Study):
         import numpy as np
         import torch
 
-        from headway.runs.checkpoints import save_tensors
         from headway.studies.llc_trace import llc_trace
-        from headway.studies.sorting.analyse import CIRCUITS, LLC_TRACE, analyse_members
+        from headway.studies.sorting.analyse import LLC_TRACE, analyse_members, save_circuits
 
         from headway.errors import TimeLimitReached
 
@@ -70,7 +71,7 @@ class SortingStudy(Study):
         # the trace first: it is saved checkpoint by checkpoint, so a time limit stops it between checkpoints
         # and the next call continues it at once; the final analyses below start only before the deadline
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
-                                        device, self.progress, weights=plan.llc_weights,
+                                        device, self.progress, self.schemas["llc_curve"], weights=plan.llc_weights,
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version, **self.precision_stamp()},
                                         precision=self.compute.precision, deadline=self.deadline)]
@@ -87,8 +88,7 @@ class SortingStudy(Study):
             order += members
         out = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
         inverse = np.argsort(order)
-        save_tensors(folder / CIRCUITS, {name: torch.cat(arrays)[inverse] for name, arrays in circuits.items()},
-                     {"run_ids": ",".join(run.run_id for run in runs)})
+        save_circuits(folder, {name: torch.cat(arrays)[inverse] for name, arrays in circuits.items()}, runs)
         return out
 
     def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:

@@ -18,7 +18,7 @@ from headway.analysis.statistics import permutation_independence, sidak, wilson_
 from headway.runs.store import final_metrics
 from headway.studies.base import StudyData
 from headway.studies.sorting.plan import data_label_of
-from headway.studies.sorting.rise_fall import applied_bias, run_test
+from headway.studies.sorting.rise_fall import run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.verdict import Verdict
 from headway.tasks.sorting.modes import MODES
@@ -48,7 +48,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     final = final_table(data.metrics, data.tables)
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
-    traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_change_z, applied_bias(llc_bias))
+    traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_change_z, llc_bias)
               for run_id in curve.run_id.unique()] if len(curve) else []
     rng = np.random.default_rng(GAP_SEED)
     test = gap_test(final, rules.learned, rules.gap_permutations, rng)
@@ -169,7 +169,7 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
     plan, final, rules = data.plan, tables.final, data.rules
     development = []
     for traced in tables.development:
-        tested = run_test(traced, rules, tables.llc_bias)
+        tested = run_test(traced, rules)
         development.append({**traced.summary(run_title(traced)), "llc_rises_then_falls": tested.counted,
                             "llc_p_run": tested.p, "llc_candidate_peaks": tested.candidates,
                             "llc_unusable": tested.unusable})

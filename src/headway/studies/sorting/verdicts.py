@@ -2,7 +2,8 @@
 
 Each claim is a test fixed in advance (a `Finding`: its null, test, p-value and the power to detect its
 stated effect, every number a field of `SortingRules`), and `judge` decides them together, Holm-corrected
-(`headway.studies.verdict`). docs/study-sorting.md, "Claims and verdicts", gives the reasons.
+(`headway.studies.verdict`). Each declares the columns it reads (`checked_claim`), so a missing value in
+any of them makes it not testable. docs/study-sorting.md, "Claims and verdicts", gives the reasons.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from headway.analysis.statistics import (binomial_power, binomial_tail, critical
 from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
-from headway.studies.verdict import Finding, Verdict, judge
+from headway.studies.verdict import (Claim, Finding, Verdict, check, checked_claim, intersection_union, judge, present,
+                                     reads, verify)
 from headway.tasks.sorting.modes import MODES
 
 LEARNS_CLAIM = "A one-layer attention-only transformer learns to sort"
@@ -48,8 +50,8 @@ def mode_findings(final: pd.DataFrame, weight_decays: tuple[float, ...], rules: 
 
 def other_findings(tables: SortingTables, rules: SortingRules) -> list[Finding]:
     """The gap and LLC findings, which a threshold sweep leaves as they are."""
-    return [gap_decides_mode(tables.gap_test, tables.fractions, rules),
-            llc_rises_then_falls(tables.development, rules, tables.llc_bias)]
+    return [gap_decides_mode(tables.gap_test, tables.final, tables.fractions, rules),
+            llc_rises_then_falls(tables.development, rules)]
 
 
 def threshold_sensitivity(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:
@@ -108,100 +110,152 @@ def training_text(final: pd.DataFrame, learned: float) -> str:
             f"greedy decoding: median per-token {final.ar_token_accuracy.median():.3f}).")
 
 
-def binomial_finding(claim: str, test: str, count: int, total: int, null: float, effect: float,
-                     evidence: str) -> Finding:
+def learned_text(final: pd.DataFrame, learned: float) -> str:
+    """How many runs learned, with the best accuracy: why a claim about learned runs has none to count."""
+    return (f"{int((final.val_accuracy >= learned).sum())} of {len(final)} runs reach ≥ {learned:.0%} per-token "
+            f"validation accuracy (highest {final.val_accuracy.max():.3f}).")
+
+
+def binomial_finding(claim: Claim, count: int, total: int, null: float, effect: float, evidence: str) -> Finding:
     """A claim tested by the exact one-sided binomial test of `count` of `total` against the rate `null`,
     with its power to detect the rate `effect`; evidence opens with the count and its Wilson interval."""
-    return Finding(claim, test, f"{share_text(count, total)} with its Wilson 95% interval; {evidence}",
-                   binomial_tail(count, total, null), lambda level: binomial_power(total, null, effect, level))
+    return claim.finding(f"{share_text(count, total)} with its Wilson 95% interval; {evidence}",
+                         binomial_tail(count, total, null), lambda level: binomial_power(total, null, effect, level))
 
 
-def learns_to_sort(final: pd.DataFrame, rules: SortingRules) -> Finding:
-    """H0: at most `learning_null` of the runs learn; stated effect `learning_effect`."""
-    test = (f"exact one-sided binomial test of the runs reaching ≥ {rules.learned:.0%} per-token validation "
+# What 'learns to sort' reads of the final table: every run's accuracies (the per-token one tested, the others
+# its evidence). The mode claims read every run's per-token accuracy, to tell the learned runs, and their modes;
+# the suppressed fractions are evidence, where a head without one recorded shows as such.
+ACCURACIES = ("val_accuracy", "val_list_accuracy", "ar_token_accuracy")
+SUPPRESSED = {"suppress_fraction_*": "the head's suppressed fraction was not recorded (evidence only)"}
+
+
+def learned_runs(final: pd.DataFrame, rules: SortingRules) -> pd.DataFrame:
+    """The runs reaching `rules.learned` per-token validation accuracy: the only ones whose mode counts."""
+    return final[final.val_accuracy >= rules.learned]
+
+
+def _learns_test(rules: SortingRules) -> str:
+    return (f"exact one-sided binomial test of the runs reaching ≥ {rules.learned:.0%} per-token validation "
             f"accuracy against H0: at most {rules.learning_null:g} of runs learn; stated effect: "
             f"{rules.learning_effect:g} of runs learn")
+
+
+@checked_claim(LEARNS_CLAIM, _learns_test, final=reads(*ACCURACIES))
+def learns_to_sort(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
+    """H0: at most `learning_null` of the runs learn; stated effect `learning_effect`."""
     if final.empty:
-        return Finding.not_testable(LEARNS_CLAIM, test, "no run was trained", "The table of runs is empty.")
+        return claim.not_testable("no run was trained", "The table of runs is empty.")
     count = int((final.val_accuracy >= rules.learned).sum())
-    return binomial_finding(LEARNS_CLAIM, test, count, len(final), rules.learning_null, rules.learning_effect,
+    return binomial_finding(claim, count, len(final), rules.learning_null, rules.learning_effect,
                             training_text(final, rules.learned))
 
 
-def splitting_with_and_without_decay(final: pd.DataFrame, weight_decays: tuple[float, ...],
-                                     rules: SortingRules) -> Finding:
+def _splitting_test(rules: SortingRules) -> str:
+    return (f"at each weight decay, exact one-sided binomial test of the splitting models among its learned runs "
+            f"against H0: a splitting rate ≤ {rules.splitting_noise_rate:g} (a stated upper bound on how often the "
+            "mode rule calls a model splitting by noise: it calls none of 300 untrained models so), the weight "
+            f"decays combined by intersection–union (p = the largest); stated effect: {rules.splitting_effect:g} of "
+            "the learned runs split at every weight decay")
+
+
+@checked_claim(SPLITTING_CLAIM, _splitting_test, final=reads("val_accuracy", "weight_decay", "mode"))
+def splitting_with_and_without_decay(final: pd.DataFrame, weight_decays: tuple[float, ...], rules: SortingRules,
+                                     *, claim: Claim) -> Finding:
     """At each weight decay, H0: splitting among its learned runs at most at the noise rate; the claim needs
     every weight decay (intersection–union: p is the largest, power the product)."""
     null, effect = rules.splitting_noise_rate, rules.splitting_effect
-    test = (f"at each weight decay, exact one-sided binomial test of the splitting models among its learned runs "
-            f"against H0: a splitting rate ≤ {null:g} (a stated upper bound on how often the mode rule calls a "
-            "model splitting by noise: it calls none of 300 untrained models so), the weight decays combined by "
-            f"intersection–union (p = the largest); stated effect: {effect:g} of the learned runs split at every "
-            "weight decay")
+    for wd in weight_decays:
+        present("a weight decay of the plan", wd)
     if not any(wd == 0 for wd in weight_decays) or not any(wd > 0 for wd in weight_decays):
         missing = "without" if all(wd > 0 for wd in weight_decays) else "with"
-        return Finding.not_testable(SPLITTING_CLAIM, test, f"the plan trains no run {missing} weight decay",
-                                    f"Weight decays of the plan: {', '.join(f'{wd:g}' for wd in weight_decays)}.")
-    learned = final[final.val_accuracy >= rules.learned]
+        return claim.not_testable(f"the plan trains no run {missing} weight decay",
+                                  f"Weight decays of the plan: {', '.join(f'{wd:g}' for wd in weight_decays)}.")
+    learned = learned_runs(final, rules)
     counts = {wd: (int((learned[learned.weight_decay == wd]["mode"] == "splitting").sum()),
                    int((learned.weight_decay == wd).sum())) for wd in weight_decays}
     evidence = "; ".join(f"{decay_label(wd)}: {share_text(k, n)} learned runs split, p = "
                          f"{binomial_tail(k, n, null):.3g}" for wd, (k, n) in counts.items())
     empty = [decay_label(wd) for wd, (_, n) in counts.items() if n == 0]
     if empty:
-        return Finding.not_testable(SPLITTING_CLAIM, test, f"no run learned at {', '.join(empty)}", evidence)
-    return Finding(SPLITTING_CLAIM, test, f"{evidence} (Wilson 95% intervals).",
-                   max(binomial_tail(k, n, null) for k, n in counts.values()),
-                   lambda level: math.prod(binomial_power(n, null, effect, level) for _, n in counts.values()))
+        return claim.not_testable(f"no run learned at {', '.join(empty)}", evidence)
+    return claim.finding(f"{evidence} (Wilson 95% intervals).",
+                         intersection_union([binomial_tail(k, n, null) for k, n in counts.values()]),
+                         lambda level: math.prod(binomial_power(n, null, effect, level) for _, n in counts.values()))
 
 
-def simple_modes(final: pd.DataFrame, rules: SortingRules) -> Finding:
-    """H0: at most `simple_null` of the learned runs split or copy-suppress; stated effect `simple_effect`."""
-    test = (f"exact one-sided binomial test of the learned runs in a simple mode (splitting or copy-suppression) "
+def _simple_test(rules: SortingRules) -> str:
+    return (f"exact one-sided binomial test of the learned runs in a simple mode (splitting or copy-suppression) "
             f"against H0: a share ≤ {rules.simple_null:g}; stated effect: {rules.simple_effect:g} of learned runs")
-    learned = final[final.val_accuracy >= rules.learned]
+
+
+@checked_claim(SIMPLE_CLAIM, _simple_test, final=reads("val_accuracy", "mode"))
+def simple_modes(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
+    """H0: at most `simple_null` of the learned runs split or copy-suppress; stated effect `simple_effect`."""
+    learned = learned_runs(final, rules)
     if learned.empty:
-        return Finding.not_testable(SIMPLE_CLAIM, test, "no run learned", training_text(final, rules.learned))
+        return claim.not_testable("no run learned", learned_text(final, rules.learned))
     modes = ", ".join(f"{m}: {(learned['mode'] == m).sum()}" for m in MODES)
-    return binomial_finding(SIMPLE_CLAIM, test, int(learned["mode"].isin(SIMPLE_MODES).sum()), len(learned),
-                            rules.simple_null, rules.simple_effect, f"learned runs by mode: {modes}.")
+    return binomial_finding(claim, int(learned["mode"].isin(SIMPLE_MODES).sum()), len(learned), rules.simple_null,
+                            rules.simple_effect, f"learned runs by mode: {modes}.")
 
 
-def copy_suppression_found(final: pd.DataFrame, rules: SortingRules) -> Finding:
+def _copy_suppression_test(rules: SortingRules) -> str:
+    return (f"exact one-sided binomial test of the learned runs in copy-suppression against H0: a minor mode, a "
+            f"share ≤ {rules.copy_suppression_null:g}; stated effect: a main mode, "
+            f"{rules.copy_suppression_effect:g} of learned runs")
+
+
+@checked_claim(COPY_SUPPRESSION_CLAIM, _copy_suppression_test,
+               final=reads("val_accuracy", "mode", *SUPPRESSED, nullable=SUPPRESSED))
+def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
     """H0: copy-suppression is a minor mode (share ≤ `copy_suppression_null` of the learned runs)."""
-    null, effect = rules.copy_suppression_null, rules.copy_suppression_effect
-    test = (f"exact one-sided binomial test of the learned runs in copy-suppression against H0: a minor mode, a "
-            f"share ≤ {null:g}; stated effect: a main mode, {effect:g} of learned runs")
-    learned = final[final.val_accuracy >= rules.learned]
+    learned = learned_runs(final, rules)
     if learned.empty:
-        return Finding.not_testable(COPY_SUPPRESSION_CLAIM, test, "no run learned", training_text(final, rules.learned))
+        return claim.not_testable("no run learned", learned_text(final, rules.learned))
     suppressed = learned.filter(like="suppress_fraction").to_numpy(dtype=float)
     largest = f"{np.nanmax(suppressed):.2f}" if np.isfinite(suppressed).any() else "not recorded"
-    return binomial_finding(COPY_SUPPRESSION_CLAIM, test, int((learned["mode"] == "copy_suppression").sum()),
-                            len(learned), null, effect, f"largest suppressed fraction of any head: {largest}.")
+    return binomial_finding(claim, int((learned["mode"] == "copy_suppression").sum()), len(learned),
+                            rules.copy_suppression_null, rules.copy_suppression_effect,
+                            f"largest suppressed fraction of any head: {largest}.")
 
 
-def gap_decides_mode(test: dict | None, fractions: pd.DataFrame, rules: SortingRules) -> Finding:
-    """The pre-specified gap test (`tables.gap_test`), its power at any level read off the simulated
-    studies of the same design (`tables.gap_power_at`)."""
-    low, high = rules.gap_effect_low, rules.gap_effect_high
-    rule = (f"at each weight decay, Pearson's χ² of the mode × data table of the learned runs over all data values, "
+def _gap_test(rules: SortingRules) -> str:
+    return (f"at each weight decay, Pearson's χ² of the mode × data table of the learned runs over all data values, "
             f"p from {rules.gap_permutations} permutations of the data labels, the weight decays combined by Šidák "
             "(p = 1 − (1 − smallest p)^k over k weight decays); stated effect: one mode's fraction moving linearly "
-            f"in δ̄ from {low:g} to {high:g} at every weight decay, the power read off {rules.gap_power_studies} "
-            f"simulated studies of this design ({rules.gap_power_permutations} permutations each)")
+            f"in δ̄ from {rules.gap_effect_low:g} to {rules.gap_effect_high:g} at every weight decay, the power read "
+            f"off {rules.gap_power_studies} simulated studies of this design ({rules.gap_power_permutations} "
+            "permutations each)")
+
+
+@checked_claim(GAP_CLAIM, _gap_test, final=reads("val_accuracy", "weight_decay", "data", "mean_gap", "mode"),
+               fractions=reads("weight_decay", "data", "mode", "fraction", "count", "n"))
+def gap_decides_mode(test: dict | None, final: pd.DataFrame, fractions: pd.DataFrame, rules: SortingRules,
+                     *, claim: Claim) -> Finding:
+    """The pre-specified gap test (`tables.gap_test`, computed from the learned runs of `final`: their weight
+    decay, data value, mean gap and mode, each checked here), its power at any level read off the simulated
+    studies of the same design (`tables.gap_power_at`)."""
+    check(learned_runs(final, rules), "weight_decay", "data", "mean_gap", "mode")
+    check(fractions, "weight_decay", "data", "mode", "fraction", "count", "n")  # every row is described
     if test is None:
         cells = fractions.groupby(["weight_decay", "data"]).n.first() if len(fractions) else {}
         counted = "; ".join(f"{decay_label(wd)}, {data}: {n}" for (wd, data), n in cells.items()) or "none"
-        return Finding.not_testable(GAP_CLAIM, rule, "no weight decay has learned runs at two data values",
-                                    f"Learned runs per weight decay and data value: {counted}.")
+        return claim.not_testable("no weight decay has learned runs at two data values",
+                                  f"Learned runs per weight decay and data value: {counted}.")
+    for s in test["per_decay"]:
+        for key in ("weight_decay", "chi2", "runs", "data_values", "p_value"):
+            present(f"the gap test's {key} at one weight decay", s.get(key))
     per = "; ".join(f"{decay_label(s['weight_decay'])}: χ² = {s['chi2']:.1f} over {s['runs']} learned runs at "
                     f"{s['data_values']} data values, p = {s['p_value']:.3g}" for s in test["per_decay"])
-    evidence = f"{per}; combined p = {test['p_value']:.3g}. {_largest_change(fractions)}"
+    p_value = present("the gap test's combined p-value", test.get("p_value"))
+    evidence = f"{per}; combined p = {p_value:.3g}. {_largest_change(fractions)}"
     if not len(test["simulated_p"]):
-        return Finding.not_testable(GAP_CLAIM, rule, "every data value has the same mean gap, so no effect of δ̄ "
-                                    "can be simulated", evidence)
-    return Finding(GAP_CLAIM, rule, evidence, test["p_value"], lambda level: gap_power_at(test, level))
+        return claim.not_testable("every data value has the same mean gap, so no effect of δ̄ can be simulated",
+                                  evidence)
+    for simulated in test["simulated_p"]:
+        present("the gap test's p-value in one simulated study", simulated)
+    return claim.finding(evidence, p_value, lambda level: gap_power_at(test, level))
 
 
 def _largest_change(fractions: pd.DataFrame) -> str:
@@ -220,35 +274,66 @@ def _largest_change(fractions: pd.DataFrame) -> str:
             f"{share_text(int(high['count']), int(high.n))} at {high.data}.")
 
 
-def llc_rises_then_falls(development: list[Development], rules: SortingRules, bias: float) -> Finding:
-    """Each usable traced run tested for a rise and fall (`rise_fall.run_test`); the runs that pass counted
-    against the per-run level by an exact binomial test. `bias` is the estimator's relative bias (NaN: not
-    measured, taken as 0)."""
-    level = run_level(rules)
-    test = ("per traced run, one-sided z-tests that the whole-model LLC rises from its first valid checkpoint to "
+def _llc_test(rules: SortingRules) -> str:
+    return ("per traced run, one-sided z-tests that the whole-model LLC rises from its first valid checkpoint to "
             "its highest and falls from there to its last (over each difference's standard errors and the "
             "estimator's bias), p = the larger of the two times the number of interior valid checkpoints the peak "
-            f"was chosen from, and a run rises and falls when p ≤ {level:.3g} (z = {rules.llc_change_z:g}); across "
-            "the usable runs, an exact one-sided binomial test of that count against the same rate. H0: no run's "
-            "LLC rises and falls beyond noise and the estimator's bias (the study has no control run). Stated "
-            f"effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by {rules.llc_fall:.0%} of "
-            "its peak")
+            f"was chosen from, and a run rises and falls when p ≤ {run_level(rules):.3g} (z = "
+            f"{rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
+            "the same rate. H0: no run's LLC rises and falls beyond noise and the estimator's bias (the study has no "
+            f"control run). Stated effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by "
+            f"{rules.llc_fall:.0%} of its peak")
+
+
+# What the LLC claim reads of each traced run beyond its Development's numbers: its metrics' grid coordinates
+# and its LLC trace (a checkpoint without a standard error is invalid and left out, so that one may be missing).
+TRACED_METRICS = reads("weight_decay", "seed")
+TRACE = reads("step", "weights", "data", "llc_se",
+              nullable={"llc_se": "no standard error recorded: the checkpoint is invalid and left out"})
+
+
+@checked_claim(LLC_CLAIM, _llc_test)
+def llc_rises_then_falls(development: list[Development], rules: SortingRules, *, claim: Claim) -> Finding:
+    """Each usable traced run tested for a rise and fall (`rise_fall.run_test`), with the estimator's bias
+    each run's Development was weighed with; the runs that pass counted against the per-run level by an exact
+    binomial test."""
     if not development:
-        return Finding.not_testable(LLC_CLAIM, test, "no run was traced", "No run's LLC was estimated over training.")
-    tested = {traced.run_id: run_test(traced, rules, bias) for traced in development}
+        return claim.not_testable("no run was traced", "No run's LLC was estimated over training.")
+    level = run_level(rules)
+    for traced in development:
+        verify(traced.loss, f"the metrics of traced run {traced.run_id}", TRACED_METRICS)
+        verify(traced.llc, f"the LLC trace of run {traced.run_id}", TRACE)
+    tested = {traced.run_id: run_test(traced, rules) for traced in development}
+    for traced in development:
+        if not tested[traced.run_id].unusable:
+            for name in ("start", "peak", "final"):
+                present(f"the {name} λ̂ of traced run {traced.run_id}", getattr(traced, name))
     courses = _courses(development, tested)
-    shown = ("estimator bias not measured (taken as 0)" if math.isnan(bias)
-             else f"estimator bias {bias:.0%} of each λ̂, added to its uncertainty")
+    shown = _bias_text(development)
     usable = [t for t in tested.values() if not t.unusable]
     if not usable:
-        return Finding.not_testable(LLC_CLAIM, test, "no traced run has a valid LLC curve to test",
-                                    f"{courses}. LLC {shown}.")
+        return claim.not_testable("no traced run has a valid LLC curve to test", f"{courses}. LLC {shown}.")
     count = sum(t.counted for t in usable)
     probabilities = [rules.llc_effect_share * t.power for t in usable]
     evidence = (f"{share_text(count, len(usable))} usable traced runs rise and fall (Wilson 95% interval; "
                 f"{len(tested) - len(usable)} of {len(tested)} traced runs unusable). {courses}. LLC {shown}.")
-    return Finding(LLC_CLAIM, test, evidence, binomial_tail(count, len(usable), level),
-                   lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
+    return claim.finding(evidence, binomial_tail(count, len(usable), level),
+                         lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
+
+
+def _bias_text(development: list[Development]) -> str:
+    """The estimator's bias as the traced runs' tests weighed it, read off the runs themselves (`bias` of each
+    Development: NaN when it was not measured, then weighed as 0)."""
+    def said(bias: float) -> str:
+        return ("estimator bias not measured (taken as 0)" if math.isnan(bias)
+                else f"estimator bias {bias:.0%} of each λ̂, added to its uncertainty")
+
+    runs: dict[str, list[str]] = {}
+    for traced in development:
+        runs.setdefault(said(traced.bias), []).append(traced.run_id)
+    if len(runs) == 1:
+        return next(iter(runs))
+    return "; ".join(f"{text} for run(s) {', '.join(ids)}" for text, ids in runs.items())
 
 
 def _courses(development: list[Development], tested: dict[str, RunTest]) -> str:

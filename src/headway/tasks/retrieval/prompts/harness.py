@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from headway.files import atomic
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 from headway.tasks.retrieval.prompts.questions import Question, by_cell, write_questions
 
@@ -84,14 +85,20 @@ def write_harness(out: str | Path, questions: Sequence[Question]) -> list[Path]:
         data_file = out / f"{formulation}-h{hops}.jsonl"
         write_questions(data_file, cell)
         yaml_file = out / f"{task_name(formulation, hops)}.yaml"
-        yaml_file.write_text(task_yaml(formulation, hops, data_file), encoding="utf-8")
+        _write(yaml_file, task_yaml(formulation, hops, data_file))
         written.append(yaml_file)
         tasks_by_form.setdefault(formulation, []).append(task_name(formulation, hops))
     for formulation, tasks in tasks_by_form.items():
         group_file = out / f"{task_name(formulation)}.yaml"
-        group_file.write_text(group_yaml(task_name(formulation), tasks), encoding="utf-8")
+        _write(group_file, group_yaml(task_name(formulation), tasks))
         written.append(group_file)
     top = out / f"{GROUP}.yaml"
-    top.write_text(group_yaml(GROUP, [task_name(f) for f in tasks_by_form]), encoding="utf-8")
+    _write(top, group_yaml(GROUP, [task_name(f) for f in tasks_by_form]))
     written.append(top)
     return written
+
+
+def _write(path: Path, text: str) -> None:
+    """Write `text` to `path` as UTF-8, atomically (`headway.files.atomic`)."""
+    with atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

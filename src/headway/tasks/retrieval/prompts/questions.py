@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from headway.errors import ConfigError
-from headway.limits import MAX_PROMPT_CHAINS, MAX_PROMPT_HOPS, MAX_QUESTIONS, MAX_SEED
+from headway.files import atomic
+from headway.limits import MAX_PROMPT_CHAINS, MAX_PROMPT_CHARACTERS, MAX_PROMPT_HOPS, MAX_QUESTIONS, MAX_SEED
 from headway.settings import check_int
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, Formulation, Instance
 from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig, generate
@@ -106,8 +107,31 @@ class QuestionSet:
 
 
 def check_renderable(spec: QuestionSet) -> None:
-    """Render one question per formulation at the most hops, so a too-large setting fails in milliseconds."""
-    make_questions(dataclasses.replace(spec, max_hops=1, questions=1), hops=(spec.max_hops,))
+    """Refuse, before any question is drawn, settings whose questions cannot be rendered or are too much text.
+
+    One question per formulation is rendered at the most hops: the names a formulation needs grow with hops ×
+    chains, and every question of a cell needs as many as its first, so a pool that runs short is named at once.
+    Then the prompt text the run would draw (`projected_characters`) is held against `MAX_PROMPT_CHARACTERS`."""
+    for key in spec.formulations:
+        try:
+            make_questions(dataclasses.replace(spec, formulations=(key,), questions=1), hops=(spec.max_hops,))
+        except ConfigError as err:
+            raise ConfigError(f"{FORMULATIONS[key].label} at {spec.max_hops} hops × {spec.chains} chains: {err}") \
+                from None
+    characters = projected_characters(spec)
+    if characters > MAX_PROMPT_CHARACTERS:
+        raise ConfigError(f"{len(spec.formulations)} formulation(s) × hops 1..{spec.max_hops} × {spec.chains} chains "
+                          f"× {spec.questions} questions render about {characters / 1e6:,.0f} M characters of "
+                          f"prompts; at most {MAX_PROMPT_CHARACTERS / 1e6:,.0f} M are drawn in one run "
+                          "(docs/cli.md#limits); lower --questions, --max-hops or --chains")
+
+
+def projected_characters(spec: QuestionSet) -> int:
+    """Characters of prompt text (every question's body) `spec` draws, projected from one question per
+    formulation and hop count: a cell's questions differ only in the names drawn. Costs one question in
+    `spec.questions` of drawing them all."""
+    one_each = make_questions(dataclasses.replace(spec, questions=1))
+    return spec.questions * sum(len(question.body) for question in one_each)
 
 
 def make_questions(spec: QuestionSet, hops: Sequence[int] | None = None,
@@ -189,15 +213,11 @@ def instance_record(inst: Instance) -> dict[str, Any]:
 
 def write_questions(path: str | Path, questions: Iterable[Question]) -> int:
     """Write one JSON record per line (atomically); return the count."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     count = 0
-    with open(tmp, "w", encoding="utf-8") as file:
+    with atomic(Path(path)) as tmp, open(tmp, "w", encoding="utf-8") as file:
         for question in questions:
             file.write(json.dumps(question.to_record(), ensure_ascii=False) + "\n")
             count += 1
-    tmp.replace(path)
     return count
 
 

@@ -1,0 +1,15 @@
+"""The columns of an LLC table, declared once for the studies that estimate it (sorting, modular): an estimate
+per instance, and a trace of estimates over training (`headway.studies.llc_trace`)."""
+
+from __future__ import annotations
+
+from headway.runs.schema import TableSchema
+
+# The columns of `LLCResult.to_frame()`: one row per instance.
+_ESTIMATE = {"instance": "int", "llc_mean": "float", "llc_std": "float", "llc_se": "float", "init_loss": "float",
+             "init_loss_se": "float", "acceptance": "float", "draw_loss": "float", "chance_loss": "float",
+             "basin_fraction": "float", "llc_chain{n}": "float", "n_warnings": "int", "warnings": "str",
+             "invalid": "str"}
+LLC = TableSchema.of(_ESTIMATE)  # a study adds its tags (`TableSchema.plus`)
+# A trace's rows: the step and weight group, the estimate and each chain's loss trace (then a study's tags).
+LLC_TRACE = TableSchema.of({"step": "int", "weights": "str", **_ESTIMATE, "loss_trace": "list<list<float>>"})
