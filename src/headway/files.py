@@ -37,7 +37,7 @@ def text_problem(path: Path | str) -> str | None:
     except UnicodeEncodeError:
         return (f"{shown(full)} holds bytes that are not UTF-8 (shown as \\xNN); headway writes its outputs under "
                 "UTF-8 paths only: rename what holds them, or choose another path")
-    longest = max((part for part in full.parts), key=lambda part: len(os.fsencode(part)))
+    longest = max(full.parts, key=lambda part: len(os.fsencode(part)))
     if len(os.fsencode(longest)) > NAME_BYTES:
         return f"the name {longest[:40]}… is longer than {NAME_BYTES} bytes, the most a file system takes: shorten it"
     if any(ord(char) < 32 or ord(char) == 127 for char in text):
