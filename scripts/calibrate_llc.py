@@ -18,10 +18,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from headway.analysis.sgld_calibration import calibrate_sgld, choose_setting
+from headway.analysis.llc.calibration import calibrate_sgld, choose_setting
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.store import load_model, load_runs
-from headway.studies.llc_trace import training_pool
+from headway.analysis.llc.trace import training_pool
 from headway.studies.sorting.plan import study_plan
 from headway.train.objective import run_loss
 

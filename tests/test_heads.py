@@ -9,12 +9,12 @@ import torch
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.retrieval.heads import head_scores, statement_patterns
-from headway.tasks.retrieval.interventions import HeadIntervention, head_effects, swap_roots
+from headway.analysis.retrieval.heads import head_scores, statement_patterns
+from headway.analysis.retrieval.interventions import HeadIntervention, head_effects, swap_roots
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.faithfulness import circuit_check
-from headway.tasks.retrieval.paths import path_patching
-from headway.tasks.retrieval.roles import attention_roles, name_circuit
+from headway.analysis.retrieval.faithfulness import circuit_check
+from headway.analysis.retrieval.paths import path_patching
+from headway.analysis.retrieval.roles import attention_roles, name_circuit
 from headway.tasks.retrieval.solver import solve
 
 TASK = RetrievalConfig(vocab=12, chains=3, hops=2)

@@ -56,7 +56,7 @@ def test_two_layers_solve_three_hops_by_composing_links_under_dense_supervision(
     import pandas as pd
 
     from headway.studies.retrieval.phase import mechanism_evidence
-    from headway.tasks.retrieval.mechanism import mechanism_table
+    from headway.analysis.retrieval.mechanism import mechanism_table
 
     base = {**scale_settings("cpu"), "steps": 600, "eval_every": 100, **COMPOSITIONAL}
     runs = expand_grid(base, {"seed": SEEDS})

@@ -18,13 +18,13 @@ from headway.runs.store import final_metrics, find_run, load_model
 from headway.studies.retrieval.phase import mechanism_evidence
 from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.retrieval.composition import composition_check, control_sets, link_positions
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
+from headway.analysis.retrieval.composition import composition_check, control_sets, link_positions
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
                                                mechanism_table)
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
 from headway.train.sweep import train_runs
 
 BIG = 30.0

@@ -22,7 +22,7 @@ from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.study import ModularStudy
 from headway.studies.modular.tables import run_steps
 from headway.tasks.modular import ModularConfig
-from headway.tasks.modular.fourier import (
+from headway.analysis.modular.fourier import (
     effective_frequencies,
     embedding_spectrum,
     frequencies,

@@ -10,7 +10,7 @@ from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.runs.store import load_model
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.positions import map_statements, reading_positions
-from headway.tasks.retrieval.probes import (depth_probes, fit_probe, probe_examples, probe_reach, probe_targets,
+from headway.analysis.retrieval.probes import (depth_probes, fit_probe, probe_examples, probe_reach, probe_targets,
                                             residual_streams)
 from headway.tasks.retrieval.solver import solve
 from headway.train.sweep import train_runs

@@ -18,15 +18,15 @@ from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables
 from headway.studies.sorting.verdicts import SPLITTING_CLAIM, sensitivity_text, threshold_sensitivity
 from headway.tasks.sorting import SortingConfig, encode, generate
-from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
-from headway.tasks.sorting.effects import (
+from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
+from headway.analysis.sorting.effects import (
     ALL_HEADS,
     ablate_heads,
     autoregressive_accuracy,
     direct_logit_attribution,
     gap_bins,
 )
-from headway.tasks.sorting.modes import (
+from headway.analysis.sorting.modes import (
     ModeThresholds,
     classify_modes,
     copy_sets,

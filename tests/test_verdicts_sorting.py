@@ -23,7 +23,7 @@ from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.study import SortingStudy
 from headway.studies.sorting.tables import SortingTables, gap_power, gap_power_at, gap_test, mode_fractions
 from headway.studies.verdict import Finding, Verdict, judge
-from headway.tasks.sorting.modes import MODES, ModeThresholds
+from headway.analysis.sorting.modes import MODES, ModeThresholds
 from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = SortingRules()

@@ -1,5 +1,5 @@
 """Development over training, for any task: which checkpoints an LLC trace visits, and each traced
-run's stages and LLC peak from its metrics and its LLC trace (`headway.studies.llc_trace` makes
+run's stages and LLC peak from its metrics and its LLC trace (`headway.analysis.llc.trace` makes
 the trace)."""
 
 from __future__ import annotations

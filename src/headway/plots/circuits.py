@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from headway.errors import ConfigError
-from headway.tasks.sorting.modes import ModeThresholds
+from headway.analysis.sorting.modes import ModeThresholds
 
 _HEAD_COLOURS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
 

@@ -33,7 +33,7 @@ BATCH_MEANS = 5
 # Mean MALA acceptance below which the sampler is not calibrated in devinterp's sense (it calls step
 # sizes with acceptance around 0.9-0.95 well calibrated). The energy is the minibatch one, as in
 # devinterp, so with nβ ≫ 1 the batch-to-batch noise of nβ·L_B lowers the acceptance at any step size:
-# the warning then says the sampler is far from exact, not by how much λ̂ is off; `sgld_calibration`
+# the warning then says the sampler is far from exact, not by how much λ̂ is off; `calibration`
 # measures that (on the sorting models no affordable setting reached 0.5; docs/study-sorting.md).
 MIN_ACCEPTANCE = 0.9
 
@@ -60,7 +60,7 @@ def diagnose(trace: np.ndarray, init: np.ndarray, per_chain: np.ndarray, mean: n
             messages.append(f"instance {e}: mean MALA acceptance {acceptance[e]:.3g} < {MIN_ACCEPTANCE:g}: SGLD is not a "
                             "calibrated sampler of the tempered posterior here (too coarse a step or, as nβ "
                             "multiplies it, too much minibatch noise), so λ̂ may be biased; lower lr or raise "
-                            "batch_size, and check that λ̂ holds (headway.analysis.sgld_calibration)")
+                            "batch_size, and check that λ̂ holds (headway.analysis.llc.calibration)")
         if mean[e] < 0:
             messages.append(f"instance {e}: mean LLC {mean[e]:.4g} < 0: the samples found lower loss than w*; "
                             "w* may not be a local minimum (train longer), or lower lr or raise localization")

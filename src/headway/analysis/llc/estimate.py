@@ -22,7 +22,7 @@ from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
 from headway.analysis.llc.validity import basin_fraction, invalid_reasons
-from headway.analysis.module_ensemble import ModuleLossFn, module_mode
+from headway.analysis.llc.module_ensemble import ModuleLossFn, module_mode
 from headway.errors import ConfigError
 from headway.execution.allocator import keep_freed_memory
 

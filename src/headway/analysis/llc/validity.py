@@ -1,5 +1,5 @@
 """When an LLC estimate is no estimate: the checks that make a λ̂ invalid, each a named limit with its
-reason, read from `LLCResult.to_frame()` rows or LLC trace rows (`headway.studies.llc_trace`).
+reason, read from `LLCResult.to_frame()` rows or LLC trace rows (`headway.analysis.llc.trace`).
 
 λ̂ describes the basin of w*: the chains must settle there, stay there, and move by steps fine enough
 for the posterior they sample. An estimate is invalid when λ̂ ≤ 0 or undefined (w* is no local

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from headway.studies.rules import Rules, rule
-from headway.tasks.modular.fourier import COVERAGE
+from headway.analysis.modular.fourier import COVERAGE
 
 
 @dataclass(frozen=True)

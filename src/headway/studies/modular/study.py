@@ -54,7 +54,7 @@ class ModularStudy(Study):
         return sorted({run.run_id for run in self.plan.development_runs()} & {run.run_id for run in runs})
 
     def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
-        from headway.studies.llc_trace import llc_trace
+        from headway.analysis.llc.trace import llc_trace
         from headway.studies.modular.analyse import analyse_members
 
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
@@ -71,7 +71,7 @@ class ModularStudy(Study):
         return {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
 
     def summarise(self, data: StudyData) -> ModularTables:
-        from headway.studies.llc_trace import estimator_bias
+        from headway.analysis.llc.trace import estimator_bias
         from headway.studies.modular.tables import summarise
 
         traced = len(data.tables["llc_curve"]) > 0

@@ -15,16 +15,16 @@ from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.studies.retrieval.rules import RetrievalRules
-from headway.tasks.retrieval.composition import composition_check
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention, head_effects
+from headway.analysis.retrieval.composition import composition_check
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
-from headway.tasks.retrieval.faithfulness import circuit_check
-from headway.tasks.retrieval.paths import path_patching
-from headway.tasks.retrieval.roles import attention_roles, name_circuit
-from headway.tasks.retrieval.sensitivity import circuit_sensitivity
-from headway.tasks.retrieval.task import generate
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.faithfulness import circuit_check
+from headway.analysis.retrieval.paths import path_patching
+from headway.analysis.retrieval.roles import attention_roles, name_circuit
+from headway.analysis.retrieval.sensitivity import circuit_sensitivity
+from headway.tasks.retrieval.generator import generate
 
 ANALYSIS_SEED = 20_240_601  # the examples analysed; fixed so every model is judged on the same questions
 EXAMPLES = 1024  # examples every model is analysed on

@@ -19,14 +19,14 @@ import pandas as pd
 from headway.studies.retrieval.rules import FORMULATION
 from headway.runs import layout
 from headway.runs.store import load_model, load_runs
-from headway.tasks.retrieval.composition import composition_check
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import MECHANISM_COLUMNS, MECHANISMS, MechanismRule, mechanism_table
+from headway.analysis.retrieval.composition import composition_check
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import MECHANISM_COLUMNS, MECHANISMS, MechanismRule, mechanism_table
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
-from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
-from headway.tasks.retrieval.task import generate
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.reach import accuracy_ceiling, reachable_fraction
+from headway.tasks.retrieval.generator import generate
 
 
 def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, composition: pd.DataFrame,

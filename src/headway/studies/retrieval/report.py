@@ -21,8 +21,8 @@ from headway.studies.retrieval.sensitivity import flips
 from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json
 from headway.studies.retrieval.verdicts import query_reach
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
-from headway.tasks.retrieval.mechanism import composing_heads
-from headway.tasks.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
+from headway.analysis.retrieval.mechanism import composing_heads
+from headway.analysis.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
 
 
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from headway.studies.rules import Rules, rule
-from headway.tasks.retrieval.mechanism import ADEQUACY_GAP, CAUSAL_MARGIN, MechanismRule
-from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
+from headway.analysis.retrieval.mechanism import ADEQUACY_GAP, CAUSAL_MARGIN, MechanismRule
+from headway.analysis.retrieval.roles import MIN_DROP, THRESHOLD
 
 FORMULATION = ("supervision", "attention", "order", "layout")  # what one panel of the depth phase diagram holds fixed
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from headway.runs.schema import TableSchema
 
-# Attention scores of a head (`headway.tasks.retrieval.heads`): one per hop of the query, the conditional
+# Attention scores of a head (`headway.analysis.retrieval.heads`): one per hop of the query, the conditional
 # variant's two more.
 _SCORES = {"query_hop{n}": "float", "query_chain": "float", "link_next": "float", "link_prev": "float",
            "query_class": "float", "query_rule": "float"}

@@ -14,7 +14,7 @@ import pandas as pd
 from headway.studies.retrieval.rules import RetrievalRules, carries_answer
 from headway.studies.retrieval.verdicts import CIRCUIT_CLAIM, findings
 from headway.studies.verdict import Finding, Verdict, judge
-from headway.tasks.retrieval.faithfulness import faithfulness
+from headway.analysis.retrieval.faithfulness import faithfulness
 
 if TYPE_CHECKING:  # tables imports this sweep
     from headway.studies.retrieval.tables import RetrievalTables

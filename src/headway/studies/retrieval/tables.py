@@ -23,8 +23,8 @@ from headway.studies.retrieval.phase import phase_table, run_mechanisms
 from headway.studies.retrieval.rules import RetrievalRules, carries_answer
 from headway.studies.retrieval.sensitivity import verdict_sensitivity
 from headway.studies.verdict import Verdict
-from headway.tasks.retrieval.probes import probe_reach
-from headway.tasks.retrieval.roles import role_columns
+from headway.analysis.retrieval.probes import probe_reach
+from headway.analysis.retrieval.roles import role_columns
 
 FACETS = ("part", "curriculum", "layout", "attention", "order", "supervision")
 CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy", "circuit_resample_accuracy", "rest_ablated_accuracy",

@@ -17,12 +17,12 @@ from headway.runs.checkpoints import (TensorSpec, checkpoint_steps, load_checkpo
                                       tensor_spec)
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
-from headway.studies.llc_trace import training_pool
-from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
-from headway.tasks.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
+from headway.analysis.llc.trace import training_pool
+from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
+from headway.analysis.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
 from headway.model.transformer import EnsembleTransformer
 from headway.studies.sorting.rules import SortingRules
-from headway.tasks.sorting.modes import ModeThresholds, classify_modes, diagonal_scores, threshold_sweep
+from headway.analysis.sorting.modes import ModeThresholds, classify_modes, diagonal_scores, threshold_sweep
 from headway.tasks.sorting.task import SortingConfig, generate
 from headway.train.objective import run_loss
 

@@ -26,7 +26,7 @@ from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, run_title, summary_json
 from headway.studies.sorting.verdicts import share_text, threshold_sensitivity, training_text
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
-from headway.tasks.sorting.modes import copy_sets
+from headway.analysis.sorting.modes import copy_sets
 
 
 def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict], out: Path) -> Path:

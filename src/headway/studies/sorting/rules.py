@@ -2,7 +2,7 @@
 analysis and verdicts use, each with its reason and sweep (docs/study-sorting.md, "Claims and verdicts").
 
 The mode rule's thresholds are read while analysing each model (stage "analysis", part of the cache
-stamp); their defaults are `headway.tasks.sorting.modes.ModeThresholds`'s, whose docstring gives the
+stamp); their defaults are `headway.analysis.sorting.modes.ModeThresholds`'s, whose docstring gives the
 longer reasons, so the task's classifier and the study share one value.
 """
 
@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from headway.studies.rules import Rules, rule
-from headway.tasks.sorting.modes import ModeThresholds
+from headway.analysis.sorting.modes import ModeThresholds
 
 _DEFAULT = ModeThresholds()
 
@@ -21,7 +21,7 @@ _DEFAULT = ModeThresholds()
 class SortingRules(Rules):
     """The rules of `headway study sorting`, fixed before the data."""
 
-    # --- the mode rule (headway.tasks.sorting.modes), applied to each model's final circuits
+    # --- the mode rule (headway.analysis.sorting.modes), applied to each model's final circuits
     copy: float = rule(_DEFAULT.copy, "diagonal score above which a head copies a number (below its negative: "
                        "suppresses it); set by the noise of untrained heads", sweep=(2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
                        stage="analysis", low=0.0)

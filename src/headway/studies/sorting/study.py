@@ -60,7 +60,7 @@ class SortingStudy(Study):
         import numpy as np
         import torch
 
-        from headway.studies.llc_trace import llc_trace
+        from headway.analysis.llc.trace import llc_trace
         from headway.studies.sorting.analyse import LLC_TRACE, analyse_members, save_circuits
 
         from headway.errors import TimeLimitReached
@@ -97,7 +97,7 @@ class SortingStudy(Study):
         return None if tables is None else {name: frame.assign(ensemble=run_dir.name) for name, frame in tables.items()}
 
     def summarise(self, data: StudyData) -> SortingTables:
-        from headway.studies.llc_trace import estimator_bias
+        from headway.analysis.llc.trace import estimator_bias
         from headway.studies.sorting.tables import summarise
 
         traced = len(data.tables["llc_curve"]) > 0

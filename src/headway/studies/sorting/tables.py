@@ -21,7 +21,7 @@ from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.verdict import Verdict
-from headway.tasks.sorting.modes import MODES
+from headway.analysis.sorting.modes import MODES
 
 GAP_SEED = 20_251_125  # seeds the gap test's permutations and its power simulation, so a report is reproducible
 

@@ -22,7 +22,7 @@ from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
 from headway.studies.verdict import (Claim, Finding, Verdict, check, checked_claim, intersection_union, judge, present,
                                      reads, verify)
-from headway.tasks.sorting.modes import MODES
+from headway.analysis.sorting.modes import MODES
 
 LEARNS_CLAIM = "A one-layer attention-only transformer learns to sort"
 SPLITTING_CLAIM = "Vocabulary-splitting appears with and without weight decay"

@@ -15,7 +15,7 @@
    A causal head with no attention role keeps role `none` and is reported as unexplained.
 
 How well the circuit explains the model (sufficiency, a minimal subset, random head sets as the
-null) is `headway.tasks.retrieval.faithfulness`.
+null) is `headway.analysis.retrieval.faithfulness`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # the study's rules read the thresholds when the CLI parses options; torch loads with analysis
-    from headway.tasks.retrieval.interventions import HeadIntervention
+    from headway.analysis.retrieval.interventions import HeadIntervention
 
 THRESHOLD = 0.4
 MIN_DROP = 0.05

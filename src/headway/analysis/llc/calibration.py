@@ -18,7 +18,7 @@ import pandas as pd
 from torch import Tensor, nn
 
 from headway.analysis.llc import MIN_ACCEPTANCE, LossFn, SGLDSettings, anchor_loss, estimate_llc
-from headway.analysis.module_ensemble import ModuleLossFn
+from headway.analysis.llc.module_ensemble import ModuleLossFn
 
 STABLE = 0.1  # largest relative change of λ̂ when ε is halved or the batch doubled
 SETTING = ("lr", "batch_size", "localization")

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import READ_LEVEL, composing_heads
-from headway.tasks.retrieval.roles import head_grid
-from headway.tasks.retrieval.task import RetrievalConfig
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import READ_LEVEL, composing_heads
+from headway.analysis.retrieval.roles import head_grid
+from headway.tasks.retrieval.config import RetrievalConfig
 
 CONTROL_SETS = 16  # control head sets per model at most: the mean of 16 settles within a few points
 CONTROL_SEED = 11  # which control sets are drawn when there are more, fixed so tables are reproducible

@@ -30,7 +30,8 @@ import torch
 from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.positions import NONE, StatementMap, follow, reading_positions
-from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import RetrievalBatch
 
 SITES = ("query", "link")
 # Training samples a probe needs: ten per feature is the usual floor for a linear read-out that does not
