@@ -15,8 +15,9 @@ from headway.plots.circuits import plot_circuits, plot_diagonal_scores
 from headway.studies.sorting.analyse import untrained_scores
 from headway.studies.sorting.plan import study_plan
 from headway.studies.sorting.rules import SortingRules
-from headway.studies.sorting.tables import SortingTables
-from headway.studies.sorting.verdicts import SPLITTING_CLAIM, sensitivity_text, threshold_sensitivity
+from headway.studies.sensitivity import sweep_text, threshold_sensitivity
+from headway.studies.sorting.tables import SortingTables, tables_at
+from headway.studies.sorting.verdicts import CLAIMS
 from headway.tasks.sorting import SortingConfig, encode, generate
 from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.analysis.sorting.effects import (
@@ -451,19 +452,17 @@ def test_threshold_sweep_shows_where_a_mode_flips():
     tables = SortingTables(final=final, fractions=pd.DataFrame(), gap_test=None, development=[],
                            weight_decays=(0.0, 0.005), ablation=pd.DataFrame(), dla=pd.DataFrame(),
                            sweep=final[["run_id", "instance"]].merge(sweep, on="instance"))
-    sensitivity = threshold_sensitivity(tables, rules)
-    statuses = sensitivity[(sensitivity.claim == SPLITTING_CLAIM) & (sensitivity.threshold == "copy")].set_index(
+    sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(tables, rules, changed))
+    statuses = sensitivity[(sensitivity.claim == "splitting") & (sensitivity.rule == "copy")].set_index(
         "value").status
     assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"  # 0/10 split at wd 0, with power 0.89
-    assert sensitivity_text(sensitivity, SPLITTING_CLAIM, "reproduced") == (
+    assert sweep_text(sensitivity, "splitting", "reproduced") == (
         "Threshold sweep: copy — same status at 3.5, 4, 4.5, not reproduced at 2, 2.5, 3; "
-        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2; "
-        "learned — same status at every value swept (0.9–0.99).")
+        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2.")  # learned moves no finding here
     steady = sensitivity.assign(status="reproduced")
-    assert sensitivity_text(steady, SPLITTING_CLAIM, "reproduced") == (
+    assert sweep_text(steady, "splitting", "reproduced") == (
         "Threshold sweep: copy — same status at every value swept (2–4.5); "
-        "max_overlap — same status at every value swept (0.2–0.5); "
-        "learned — same status at every value swept (0.9–0.99).")
+        "max_overlap — same status at every value swept (0.2–0.5).")
 
 
 def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():

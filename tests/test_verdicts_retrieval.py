@@ -357,12 +357,12 @@ def test_the_rules_read_while_analysing_are_in_the_cache_stamp():
 
 
 def test_sensitivity_names_where_a_verdict_flips():
-    from headway.studies.retrieval.sensitivity import flips
+    from headway.studies.sensitivity import flips
 
-    table = pd.DataFrame({"claim": ["depth law"] * 3 + ["reach"] * 2, "rule": ["solved_accuracy"] * 3 + ["probe"] * 2,
+    table = pd.DataFrame({"claim": ["depth-law"] * 3 + ["reach"] * 2, "rule": ["solved_accuracy"] * 3 + ["probe"] * 2,
                           "value": [0.5, 0.9, 0.95, 0.8, 0.9], "default": [False, True, False, False, True],
                           "status": ["reproduced", "reproduced", "not testable", "not reproduced", "not reproduced"]})
-    assert flips(table) == ["depth law — solved_accuracy: reproduced at 0.5, 0.9; not testable at 0.95"]
+    assert flips(table) == ["depth-law — solved_accuracy: reproduced at 0.5, 0.9; not testable at 0.95"]
 
 
 def test_the_depth_bound_that_applies_follows_the_attention():
