@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import cache
 
 import numpy as np
@@ -52,7 +52,10 @@ def alone(finding: Finding, rules: SortingRules = RULES) -> Verdict:
 
 
 def test_the_rules_hold_the_mode_rule_its_sweeps_and_every_level():
-    assert RULES.mode_thresholds() == ModeThresholds()  # one source of the mode rule's defaults
+    thresholds = RULES.mode_thresholds()  # one source of the mode rule's values: the rules (ModeThresholds has none)
+    assert {f.name: getattr(thresholds, f.name) for f in fields(ModeThresholds)} == {
+        "copy": 3.5, "min_fraction": 0.2, "qk_similar": 0.5, "suppressed_copied": 0.5, "max_overlap": 0.3,
+        "min_coverage": 0.8}
     assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
     assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppressed_copied", "max_overlap",
                                             "min_coverage"}

@@ -75,7 +75,7 @@ def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: 
     return torch.cat(scores)
 
 
-def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds = ModeThresholds()):
+def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds):
     """OV, QK, diagonal scores and the mode table (at `thresholds`) of every instance of `model`."""
     scale = measure_readout_scale(model, tokens, task)
     ov, qk = ov_circuits(model, task, scale), qk_circuits(model, task)
