@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 import headway
+from headway.analysis import development
+from headway.analysis.llc import diagnostics, trace, validity
 from headway.analysis.modular import fourier
 from headway.analysis.retrieval import composition, mechanism, probes, roles
 from headway.analysis.sorting import modes
+from headway.studies.llc_rules import LLCRules
 from headway.studies.modular.rules import ModularRules
 from headway.studies.retrieval.rules import RetrievalRules
 from headway.studies.rules import Rules
@@ -40,9 +43,15 @@ APPLIED = [
     (modes.classify_modes, "thresholds", SortingRules, "mode_thresholds"),
     (modes.threshold_sweep, "base", SortingRules, "mode_thresholds"),
     (modes.noise_threshold, "rate", SortingRules, "copy_noise"),
+    (validity.invalid_reasons, "limits", LLCRules, "llc_validity"),
+    (development.valid_llc, "limits", LLCRules, "llc_validity"),
+    (development.development, "validity", LLCRules, "llc_validity"),
+    (diagnostics.diagnose, "limits", LLCRules, "llc_validity"),
+    (trace.llc_trace, "validity", LLCRules, "llc_validity"),
 ]
 # Names the thresholds had in the analysis modules before they moved to the rules.
-RETIRED = {"THRESHOLD", "MIN_DROP", "READ_LEVEL", "ADEQUACY_GAP", "CAUSAL_MARGIN", "COVERAGE"}
+RETIRED = {"THRESHOLD", "MIN_DROP", "READ_LEVEL", "ADEQUACY_GAP", "CAUSAL_MARGIN", "COVERAGE", "BASIN_FRACTION",
+           "MIN_VALID_ACCEPTANCE", "DIVERGE_FACTOR", "TREND_FRACTION", "TREND_SIGMAS"}
 
 
 def _rule_defaults() -> dict[str, object]:
@@ -99,3 +108,20 @@ def test_no_analysis_or_task_module_defines_a_rule():
                         and value.value == defaults[argument.arg]):
                     found.append(f"{path.relative_to(SOURCE)}: {node.name}({argument.arg}={value.value!r})")
     assert not found, "thresholds defined outside their study's rules: " + "; ".join(found)
+
+
+def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_analysis_stamp():
+    """The estimator's `ValidityLimits` hold the one copy of each default; the LLC studies carry each limit as an
+    analysis-stage rule with its reason, and the limits they hand to the analysis are their rules' values."""
+    assert all(isinstance(rules, LLCRules) for rules in (SortingRules(), ModularRules()))
+    limits = [f.name for f in dataclasses.fields(validity.ValidityLimits)]
+    for rules in (SortingRules(), ModularRules()):
+        assert rules.llc_validity() == validity.ValidityLimits()
+        stamp = rules.stamp("analysis")
+        assert all(stamp[f"llc_{name}"] == getattr(validity.ValidityLimits(), name) for name in limits)
+        changed = rules.changed(**{f"llc_{name}": 2 * getattr(rules, f"llc_{name}") for name in limits})
+        assert changed.llc_validity() == validity.ValidityLimits(
+            **{name: 2 * getattr(validity.ValidityLimits(), name) for name in limits})
+        assert changed.stamp("analysis") != stamp
+    own = {f.name for f in dataclasses.fields(LLCRules)} - {f.name for f in dataclasses.fields(Rules)}
+    assert own == {f"llc_{name}" for name in limits}

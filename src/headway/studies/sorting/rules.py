@@ -33,13 +33,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from headway.studies.rules import Rules, rule
+from headway.studies.llc_rules import LLCRules
+from headway.studies.rules import rule
 from headway.analysis.sorting.modes import ModeThresholds
 
 
 @dataclass(frozen=True)
-class SortingRules(Rules):
-    """The rules of `headway study sorting`, fixed before the data."""
+class SortingRules(LLCRules):
+    """The rules of `headway study sorting`, fixed before the data (the LLC validity limits: `LLCRules`)."""
 
     # --- the mode rule (headway.analysis.sorting.modes), applied to each model's final circuits
     copy: float = rule(3.5, "diagonal score above which a head copies a number (below its negative: suppresses it); "
