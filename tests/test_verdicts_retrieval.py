@@ -343,13 +343,16 @@ def test_the_rules_read_while_analysing_are_in_the_cache_stamp():
 
     assert RULES.stamp("analysis") == {"role_score": [0.4, [0.3, 0.4, 0.5, 0.6]],
                                        "circuit_drop": [0.05, [0.02, 0.05, 0.1, 0.2]],
-                                       "sufficient_faithfulness": [0.8, [0.6, 0.8, 0.9]], "random_sets": 49}
+                                       "sufficient_faithfulness": [0.8, [0.6, 0.8, 0.9]], "read_level": 0.3,
+                                       "random_sets": 49}
     assert RULES.sweeps()["solved_accuracy"] == (0.5, 0.7, 0.8, 0.9, 0.95)
     plan = study_plan("cpu")
     run = plan.runs()[:1]
     default = RetrievalStudy(plan, "unused").analysis_stamp(run)
     stricter = RetrievalStudy(plan, "unused", rules=RULES.changed(sufficient_faithfulness=0.9)).analysis_stamp(run)
     assert default != stricter  # a changed analysis rule re-analyses instead of reusing stale tables
+    reading = RetrievalStudy(plan, "unused", rules=RULES.changed(read_level=0.5)).analysis_stamp(run)
+    assert default != reading  # the composing heads the composition check ablates are chosen at analysis
     looser = RetrievalStudy(plan, "unused", rules=RULES.changed(solved_accuracy=0.8)).analysis_stamp(run)
     assert default == looser  # a summary rule re-judges the cached tables
     wider = RetrievalStudy(plan, "unused", rules=RetrievalRulesWithRoleSweep()).analysis_stamp(run)

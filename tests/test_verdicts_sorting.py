@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import cache
 
 import numpy as np
@@ -15,6 +15,7 @@ import pytest
 from headway.analysis.development import Development, development
 from headway.analysis.statistics import binomial_power, binomial_tail, normal_tail, poisson_binomial_tail
 from headway.errors import ConfigError
+from headway.studies.llc_rules import LLCRules
 from headway.studies.rules import Rules
 from headway.studies.sorting import verdicts as sorting
 from headway.studies.sorting.plan import data_label_of, study_plan
@@ -58,10 +59,13 @@ def alone(finding: Finding, rules: SortingRules = RULES) -> Verdict:
 
 
 def test_the_rules_hold_the_mode_rule_its_sweeps_and_every_level():
-    assert RULES.mode_thresholds() == ModeThresholds()  # one source of the mode rule's defaults
+    thresholds = RULES.mode_thresholds()  # one source of the mode rule's values: the rules (ModeThresholds has none)
+    assert {f.name: getattr(thresholds, f.name) for f in fields(ModeThresholds)} == {
+        "copy": 3.5, "min_fraction": 0.2, "qk_similar": 0.5, "suppressed_copied": 0.5, "max_overlap": 0.3,
+        "min_coverage": 0.8}
     assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
     assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppressed_copied", "max_overlap",
-                                            "min_coverage"}
+                                            "min_coverage", *LLCRules().stamp("analysis")}  # and the LLC limits
     assert RULES.sweeps()["learned"] == (0.9, 0.95, 0.99) and RULES.stamp("summary")["learned"] == [0.95, [0.9, 0.95, 0.99]]
     assert RULES.changed(copy=3.0).mode_thresholds().copy == 3.0
     assert all(row["reason"] for row in RULES.rows())
@@ -298,7 +302,7 @@ def traced(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None =
                             "weight_decay": wd, "seed": seed})
     trace = pd.DataFrame({"run_id": run_id, "step": steps, "weights": "all", "llc_mean": llc, "llc_se": se,
                           "warnings": [(warnings or {}).get(step, "") for step in steps], "data": "uniform"})
-    return development(run_id, metrics, trace, RULES.llc_fall, RULES.llc_change_z, bias)
+    return development(run_id, metrics, trace, RULES.llc_fall, RULES.llc_validity(), RULES.llc_change_z, bias)
 
 
 def test_the_llc_claim_counts_runs_that_rise_and_fall_beyond_noise():

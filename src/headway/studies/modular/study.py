@@ -64,7 +64,7 @@ class ModularStudy(Study):
         traced = [i for i, run in enumerate(runs) if run.run_id in self._development(runs)]
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld,
                                         self.plan.llc_checkpoints, device, self.progress, self.schemas["llc_curve"],
-                                        weights="all",
+                                        self.rules.llc_validity(), weights="all",
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version, **self.precision_stamp()},
                                         precision=self.compute.precision, deadline=self.deadline)]

@@ -52,7 +52,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
             .sort_values(["train_fraction", "weight_decay", "seed"], ascending=[True, False, True], ignore_index=True))
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
-    traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_significant, llc_bias)
+    traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
+                           llc_bias)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
                          development=traced, llc=llc_table(traced, runs),

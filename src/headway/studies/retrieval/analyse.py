@@ -36,7 +36,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
     """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition) for
     the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
-    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, random sets, their sweeps)."""
+    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random sets, their
+    sweeps)."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
@@ -51,7 +52,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     paths = path_patching(heads, intervention)
     sweeps = rules.sweeps()
     sensitivity = circuit_sensitivity(effects, intervention, sweeps["role_score"], sweeps["circuit_drop"])
-    composition = composition_check(scores, intervention, uniform_link_mass(smap, causal))
+    composition = composition_check(scores, intervention, uniform_link_mass(smap, causal), rules.read_level)
     probed = generate(task, max(examples, probe_examples(model_cfg.d_model, task.vocab)),
                       np.random.default_rng(ANALYSIS_SEED))
     probes = depth_probes(model, task, probed, map_statements(task, probed))

@@ -166,7 +166,7 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         report.paragraph("No trained model was classified compositional, so there is no compositional circuit to show.")
         return
     heads = tables.heads
-    composing = composing_heads(heads[heads.run_id == run.run_id], run.layers)
+    composing = composing_heads(heads[heads.run_id == run.run_id], run.layers, data.rules.read_level)
     maps, diagram = example_figures(runs_dir, run, heads, figures, tag="compositional", also=composing)
     name = f"D = {run.hops} with {run.layers} layers ({', '.join(f'{c} {run[c]}' for c in FORMULATION)}, seed {run.seed})"
     report.paragraph(

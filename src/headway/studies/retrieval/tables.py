@@ -34,8 +34,8 @@ CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy"
                    "p_sufficient", "random_minimal_rest_accuracy", "p_minimal_sufficient")
 # The rules the summarised tables read; the other summary rules are read by the verdicts alone, so a
 # sensitivity sweep of those judges the same tables again.
-TABLE_RULES = ("solved_accuracy", "reach_accuracy", "probe_gap", "composition_margin", "emergence_fraction",
-               "emergence_rise")
+TABLE_RULES = ("solved_accuracy", "reach_accuracy", "read_level", "probe_gap", "composition_margin",
+               "emergence_fraction", "emergence_rise")
 # Rules of the circuit's naming: the analysis names the circuit at every value of their sweep (its
 # circuit_sensitivity table) but measures the random-set null at the study's values only.
 NAMING_RULES = ("role_score", "circuit_drop")

@@ -75,7 +75,7 @@ def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: 
     return torch.cat(scores)
 
 
-def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds = ModeThresholds()):
+def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds):
     """OV, QK, diagonal scores and the mode table (at `thresholds`) of every instance of `model`."""
     scale = measure_readout_scale(model, tokens, task)
     ov, qk = ov_circuits(model, task, scale), qk_circuits(model, task)
@@ -87,7 +87,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                     precision: str = "fp32") -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
     """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
     of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits; the modes follow
-    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at `precision` (`headway.compute`)."""
+    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at `precision` (`headway.compute`)
+    and judged valid or not by the rules' LLC validity limits (`LLCRules.llc_validity`)."""
     thresholds = rules.mode_thresholds()
     run = runs[members[0]]
     task = run.task
@@ -105,7 +106,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     dla = direct_logit_attribution(model, batch, task)
     pool_tokens, pool_targets = training_pool(run, e, device)
     result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, sgld, progress=progress,
-                          desc=f"LLC {label}", precision=precision)
+                          desc=f"LLC {label}", precision=precision, validity=rules.llc_validity())
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):

@@ -71,7 +71,8 @@ class SortingStudy(Study):
         # the trace first: it is saved checkpoint by checkpoint, so a time limit stops it between checkpoints
         # and the next call continues it at once; the final analyses below start only before the deadline
         parts["llc_curve"] = [llc_trace(run_dir, folder / LLC_TRACE, runs, traced, plan.sgld, plan.llc_checkpoints,
-                                        device, self.progress, self.schemas["llc_curve"], weights=plan.llc_weights,
+                                        device, self.progress, self.schemas["llc_curve"], self.rules.llc_validity(),
+                                        weights=plan.llc_weights,
                                         tag=lambda frame: self.tag(frame, runs, traced),
                                         stamp={"version": self.version, **self.precision_stamp()},
                                         precision=self.compute.precision, deadline=self.deadline)]
