@@ -359,6 +359,14 @@ def test_the_rules_read_while_analysing_are_in_the_cache_stamp():
     assert default != wider  # the analysis computes its sweep too
 
 
+def test_a_cache_stamped_before_a_fixed_value_became_a_rule_stays_valid_while_the_rule_holds_it():
+    """read_level was mechanism.READ_LEVEL = 0.3 before it became a rule: a cache stamped then (without it) was
+    computed at 0.3, so it is reused at 0.3 and analysed again at any other level."""
+    before = {name: value for name, value in RULES.stamp("analysis").items() if name != "read_level"}
+    assert RULES.stamps("analysis") == [RULES.stamp("analysis"), before]
+    assert RULES.changed(read_level=0.5).stamps("analysis") == [RULES.changed(read_level=0.5).stamp("analysis")]
+
+
 def test_sensitivity_names_where_a_verdict_flips():
     from headway.studies.sensitivity import flips
 

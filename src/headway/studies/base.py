@@ -152,10 +152,11 @@ class Study(ABC):
     def report(self, data: StudyData, tables: Any, verdicts: list[Verdict]) -> Path:
         """Write the outputs (figures, tables, summary.json, report.html) into `out`; return the report."""
 
-    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
-        """What an ensemble's cached analysis depends on; a different stamp analyses it again."""
-        return {"runs": [run.run_id for run in runs], "version": self.version, "rules": self.rules.stamp("analysis"),
-                **self.precision_stamp()}
+    def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What an ensemble's cached analysis depends on (with `rules`, one of `Rules.stamps`, in place of
+        today's rules stamp); a different stamp analyses it again."""
+        return {"runs": [run.run_id for run in runs], "version": self.version,
+                "rules": self.rules.stamp("analysis") if rules is None else rules, **self.precision_stamp()}
 
     def precision_stamp(self) -> dict[str, str]:
         """An explicitly chosen precision, which LLC estimates depend on ({} for the default `auto`)."""
@@ -239,7 +240,8 @@ class Study(ABC):
         if not done.is_file() or not all((folder / f"{name}.parquet").is_file() for name in self.tables):
             return False
         stamp = {k: v for k, v in layout.read_json(done).items() if k != "seconds"}
-        return stamp == self.analysis_stamp(load_runs(run_dir))
+        runs = load_runs(run_dir)
+        return any(stamp == self.analysis_stamp(runs, rules) for rules in self.rules.stamps("analysis"))
 
     def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:
         """The analysis tables of one ensemble from its cache, or None when absent or stale."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headway.analysis.llc.validity import ValidityLimits
+from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
 from headway.studies.rules import Rules, rule
 
 _ESTIMATOR = ValidityLimits()  # the estimator's own limits: the rules' defaults
@@ -28,20 +28,24 @@ class LLCRules(Rules):
     llc_basin_fraction: float = rule(_ESTIMATOR.basin_fraction, "share of the way from L(w*) to a uniform guess's "
                                      "loss the chains' mean draw loss may go before λ̂ describes the landscape at "
                                      "large, not w*'s basin: the estimate is invalid (right estimates on the "
-                                     "known-answer suite reach 0.23)", stage="analysis", low=0.0)
+                                     "known-answer suite reach 0.23)", stage="analysis", low=0.0,
+                                     was=BEFORE_SETTINGS["basin_fraction"])
     llc_min_acceptance: float = rule(_ESTIMATOR.min_acceptance, "mean MALA acceptance below which the SGLD step is "
                                      "too coarse and the estimate invalid (0.52-0.61 where λ̂ is right on the "
                                      "known-answer suite; below 0.4 only where it was ≥ 29% off)",
-                                     stage="analysis", low=0.0, high=1.0)
+                                     stage="analysis", low=0.0, high=1.0,
+                                     was=BEFORE_SETTINGS["min_acceptance"])
     llc_diverge_factor: float = rule(_ESTIMATOR.diverge_factor, "multiple of its typical rise plus early spread a "
                                      "chain's last-quarter loss rise must exceed to count as diverging, which "
-                                     "makes the estimate invalid", stage="analysis", low=1.0)
+                                     "makes the estimate invalid", stage="analysis", low=1.0,
+                                     was=BEFORE_SETTINGS["diverge_factor"])
     llc_trend_fraction: float = rule(_ESTIMATOR.trend_fraction, "share of the mean loss rise by which the last "
                                      "quarter of draws must exceed the third for the chains to be still climbing "
-                                     "(not settled: the estimate is invalid)", stage="analysis", low=0.0)
+                                     "(not settled: the estimate is invalid)", stage="analysis", low=0.0,
+                                     was=BEFORE_SETTINGS["trend_fraction"])
     llc_trend_sigmas: float = rule(_ESTIMATOR.trend_sigmas, "standard errors across chains that climb must also "
                                    "exceed, so that noise alone rarely invalidates an estimate", stage="analysis",
-                                   low=0.0)
+                                   low=0.0, was=BEFORE_SETTINGS["trend_sigmas"])
 
     def llc_validity(self) -> ValidityLimits:
         """The LLC validity rules as the estimator and `invalid_reasons` take them."""

@@ -12,7 +12,7 @@ import torch
 
 from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
-from headway.analysis.llc.validity import ValidityLimits
+from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
 from headway.errors import TimeLimitReached
 from headway.progress import tracked
 from headway.runs import layout
@@ -80,7 +80,10 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     # traces from before the basin check lack chance_loss, and those before the validity rules validity: traced again
     settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
                 "validity": validity.to_dict(), **(stamp or {})}
-    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
+    # a trace stamped before the validity limits were settings was judged by BEFORE_SETTINGS
+    before = {key: value for key, value in settings.items() if key != "validity"}
+    accepted = [settings, before] if validity.to_dict() == BEFORE_SETTINGS else [settings]
+    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) not in accepted:
         for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
             stale.unlink()
     layout.write_json(folder / SETTINGS, settings)

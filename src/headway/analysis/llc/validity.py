@@ -56,10 +56,18 @@ class ValidityLimits:
     def to_dict(self) -> dict[str, float]:
         """The limits by name, for a cache stamp (`headway.analysis.llc.trace.llc_trace`)."""
         return dataclasses.asdict(self)
+
+
 # Diagnostics (`headway.analysis.llc.diagnostics` warnings, by a phrase they contain) after which λ̂ is no
 # estimate, and the reason given for each.
 INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went non-finite",
                     "still climbing": "draw losses still climbing: the chains had not settled"}
+
+
+# The limits every trace and estimate stamped before they became settings was judged by (they were fixed values of
+# the code): a stored LLC trace without them in its stamp is still valid while the limits hold these values.
+BEFORE_SETTINGS = {"basin_fraction": 0.5, "min_acceptance": 0.4, "diverge_factor": 3.0, "trend_fraction": 0.1,
+                   "trend_sigmas": 4.0}
 
 
 def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np.ndarray) -> np.ndarray:

@@ -45,8 +45,8 @@ class ModularStudy(Study):
     def plan_for(cls, scale: str) -> ModularPlan:
         return study_plan(scale)
 
-    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
-        return {**super().analysis_stamp(runs), "sgld": self.plan.sgld.to_dict(),
+    def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.to_dict(),
                 "development": self._development(runs), "llc_checkpoints": self.plan.llc_checkpoints}
 
     def _development(self, runs: list[RunConfig]) -> list[str]:

@@ -32,7 +32,8 @@ class RetrievalRules(Rules):
     read_level: float = rule(0.3, "attention from links to a chain neighbour, averaged over visible pairs, at which a "
                                   "head before the last layer reads it and composes (the heads the composition check "
                                   "ablates): far above a uniform head's share on a 4-chain CPU-scale example (1/13 at "
-                                  "most), below a sharp head's ~1", stage="analysis", low=0.0, high=1.0)
+                                  "most), below a sharp head's ~1", stage="analysis", low=0.0, high=1.0,
+                             was=0.3)  # mechanism.READ_LEVEL before it was a rule
     random_sets: int = rule(49, "random head sets of the circuit's size per model, the null of sufficiency (the "
                                 "smallest p is 1/50, at 2 × 49 forwards per ensemble)", stage="analysis", low=1)
 

@@ -42,9 +42,9 @@ class SortingStudy(Study):
     def plan_for(cls, scale: str) -> SortingPlan:
         return study_plan(scale)
 
-    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
+    def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
         plan = self.plan
-        return {**super().analysis_stamp(runs), "sgld": plan.sgld.to_dict(),  # the rules' stamp holds their sweeps
+        return {**super().analysis_stamp(runs, rules), "sgld": plan.sgld.to_dict(),  # the rules' stamp holds their sweeps
                 "development": self._development(runs), "llc_checkpoints": plan.llc_checkpoints,
                 "llc_weights": plan.llc_weights,
                 "examples": plan.examples}
