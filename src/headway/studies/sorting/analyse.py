@@ -27,7 +27,6 @@ from headway.tasks.sorting.task import SortingConfig, generate
 from headway.train.objective import run_loss
 
 CIRCUITS = "circuits.safetensors"
-LLC_TRACE = "llc_trace"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
 
 
