@@ -47,7 +47,7 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
         plan = plan.with_overrides(weight_decays=tuple(summary["grid"]["weight_decays"]))
     study = cls(plan, folder, rules=rules)
     ensembles = sorted(d for d in (folder / RUNS).iterdir() if d.is_dir())
-    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in cls.tables}
+    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in cls.schemas}
     for ensemble in ensembles:
         tables = study.cached(ensemble)
         assert tables is not None, f"{ensemble}: its analysis cache is stale, so the study would analyse it again"
