@@ -20,14 +20,13 @@ import statistics
 
 import torch
 
-from bench_training import POOL, HeadwayWay, make_trainer, sync, timed
+from common import HeadwayWay, make_trainer, runs_for, sync, timed
 from headway.compute import ATTENTION_KERNELS, ComputeSettings
-from headway.runs.config import RunConfig
 from headway.tasks.registry import scale_settings
 
 RETRIEVAL = {"task": "retrieval", "loss": "mse", "chains": 4}
 SHAPES = {
-    # the training benchmark's two shapes (bench_training.py) ...
+    # the training benchmark's two shapes (common.py) ...
     "retrieval-cpu": {**RETRIEVAL, "hops": 2, "vocab": 16, "layers": 2, "heads": 4, "d_model": 64, "batch_size": 128},
     "retrieval-paper": {**RETRIEVAL, "hops": 4, "vocab": 32, "layers": 2, "heads": 8, "d_model": 128,
                         "batch_size": 512},
@@ -44,14 +43,9 @@ SHAPES = {
 }
 
 
-def runs_of(settings: dict, size: int) -> list[RunConfig]:
-    """`size` runs of one shape, seeds 0..size-1."""
-    return [RunConfig.from_flat({**settings, **POOL, "seed": seed}) for seed in range(size)]
-
-
 def bench_shape(name: str, args: argparse.Namespace, device: torch.device) -> str:
     """The markdown row of one shape."""
-    runs = runs_of(SHAPES[name], args.ensemble_size)
+    runs = runs_for(SHAPES[name], args.ensemble_size)
     ways = {kernel: HeadwayWay(make_trainer(runs, device, "auto", "off", attention=kernel))
             for kernel in ATTENTION_KERNELS}
     times: dict[str, list[float]] = {kernel: [] for kernel in ATTENTION_KERNELS}

@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from headway.tasks.retrieval.task import RetrievalConfig, generate
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import generate
 
 CFG = RetrievalConfig(vocab=32, chains=4, hops=4, layout="packed", order="shuffled", curriculum="ic")
 

@@ -26,7 +26,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench_training import SHAPES, HeadwayWay, make_trainer, matmul_peak, runs_for
+from common import SHAPES, HeadwayWay, make_trainer, matmul_peak, runs_for
 from headway.compute import ATTENTION_CHOICES
 
 

@@ -17,7 +17,8 @@ import itertools
 
 import numpy as np
 
-from headway.tasks.retrieval.task import RetrievalConfig, generate
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import generate
 
 
 def subset_accuracies(relations: int, classes: int, n: int, seed: int = 1) -> dict[str, float]:

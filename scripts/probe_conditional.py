@@ -6,7 +6,7 @@ validation examples (D = 1):
 - answers: share of predictions that are the true answer x_0, the decoy z_1 (the other entity linked
   from the query), or anything else. A model that has the link lookup but not the conditional choice
   puts ~0.5 on each of the first two.
-- query probes (ridge, `headway.tasks.retrieval.probes.fit_probe`) on the residual at the query
+- query probes (ridge, `headway.analysis.retrieval.probes.fit_probe`) on the residual at the query
   position after each layer (layer 0 = embedding): the query entity's class, the rule bit (relation
   of class 0), the relation to follow (rules[class(query)]), the answer and the decoy.
 - link probes at every link statement: the class of its left entity and whether it is a true link
@@ -31,8 +31,8 @@ from sweep_conditional import build_runs  # noqa: E402
 
 from headway.runs.store import find_run, load_model  # noqa: E402
 from headway.tasks.retrieval.positions import reading_positions, statement_rows  # noqa: E402
-from headway.tasks.retrieval.probes import fit_probe, residual_streams  # noqa: E402
-from headway.tasks.retrieval.task import generate  # noqa: E402
+from headway.analysis.retrieval.probes import fit_probe, residual_streams  # noqa: E402
+from headway.tasks.retrieval.generator import generate  # noqa: E402
 
 
 def labels(cfg, batch, rows):  # noqa: ANN001 - a RetrievalConfig, RetrievalBatch and statement rows

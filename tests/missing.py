@@ -88,10 +88,10 @@ def undeclared(claims: dict[str, Claimed]) -> dict[str, list[str]]:
 
 
 def assert_all_covered(claims: dict[str, Claimed], module: Any, elsewhere: frozenset[str] = frozenset()) -> None:
-    """Every column each claim reads is in its built inputs, and every claim of the study module is here
-    (but those named in `elsewhere`, whose inputs are not tables and have a test of their own)."""
+    """Every column each claim reads is in its built inputs, and every claim the study module registers
+    (`CLAIMS`) is here (but those named in `elsewhere`, whose inputs are not tables and have a test of their own)."""
     assert undeclared(claims) == {}
-    declared = {name for name in dir(module) if getattr(getattr(module, name), "reads", None) is not None}
+    declared = {claim.test.__name__ for claim in module.CLAIMS}
     assert declared - elsewhere == {claimed.function.__name__ for claimed in claims.values()}
 
 

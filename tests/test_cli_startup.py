@@ -34,7 +34,8 @@ def loaded(*argvs: list[str]) -> dict[str, list]:
 def test_help_and_option_parsing_load_no_torch():
     seen = loaded(["--help"], ["--version"], ["train", "--help"], ["data", "retrieval", "--help"],
                   ["llm-eval", "--help"], ["data", "prompts", "--help"], ["export", "tl", "--help"],
-                  ["train", "--no-such-option"], ["reach", "--help"], ["show", "--help"], ["demo", "--help"])
+                  ["train", "--no-such-option"], ["reach", "--help"], ["show", "--help"], ["demo", "--help"],
+                  ["llc", "calibrate", "--help"])
     assert seen["--help"] == [0, []] and seen["--version"] == [0, []]  # nothing but click and the table
     for argv, (status, heavy) in seen.items():
         assert status == (2 if "no-such" in argv else 0), argv

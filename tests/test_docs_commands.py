@@ -30,8 +30,8 @@ NOT_HERE = {
     "make demo": "installs the environment, then runs `headway demo --out runs/demo`, which runs here",
     "pip install": "installs from a package index",
     "python -m llama_cpp.server": "starts llama.cpp's server on a GGUF file; tests/test_llm_models.py does",
-    "python scripts/calibrate_llc.py": "needs a trained sorting study (runs/sorting); tests/test_sgld_calibration.py "
-                                       "tests calibrate_sgld, which it calls",
+    "headway llc calibrate runs/sorting": "needs a trained sorting study (runs/sorting); "
+                                          "tests/test_llc_calibrate_cli.py runs the command on tiny runs",
 }
 # Commands another test runs as written.
 ELSEWHERE = {
@@ -85,9 +85,13 @@ def pattern(refusal: str) -> re.Pattern:
 
 
 def tiny(argv: list[str]) -> list[str]:
-    """The command at a tiny size: training for two steps on tiny models, a study's dry run, two questions per cell."""
+    """The command at a tiny size: training for two steps on tiny models, a study's dry run, two questions per cell,
+    one cheap SGLD setting."""
     if argv[:1] == ["train"]:
         return argv + TINY + ([] if "modular" in argv else TINY_POOLS)
+    if argv[:2] == ["llc", "calibrate"]:
+        return argv + ["--lr", "1e-6", "--batch-size", "16", "--chains", "1", "--draws", "2", "--burnin", "2",
+                       "--no-progress"]
     if argv[:1] == ["demo"]:
         return argv + ["--steps", "2"]
     if argv[:1] == ["study"] and "--dry-run" not in argv:

@@ -9,16 +9,18 @@ import torch
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.retrieval.heads import head_scores, statement_patterns
-from headway.tasks.retrieval.interventions import HeadIntervention, head_effects, swap_roots
+from headway.analysis.retrieval.heads import head_scores, statement_patterns
+from headway.analysis.retrieval.interventions import HeadIntervention, head_effects, swap_roots
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.faithfulness import circuit_check
-from headway.tasks.retrieval.paths import path_patching
-from headway.tasks.retrieval.roles import attention_roles, name_circuit
+from headway.analysis.retrieval.faithfulness import circuit_check
+from headway.analysis.retrieval.paths import path_patching
+from headway.analysis.retrieval.roles import attention_roles, name_circuit
+from headway.studies.retrieval.rules import RetrievalRules
 from headway.tasks.retrieval.solver import solve
 
 TASK = RetrievalConfig(vocab=12, chains=3, hops=2)
-SUFFICIENT, RANDOM_SETS = 0.8, 49  # the stacked-heads study's defaults (RetrievalRules)
+RULES = RetrievalRules()  # the stacked-heads study's thresholds: the analysis holds none of its own
+SUFFICIENT, RANDOM_SETS = RULES.sufficient_faithfulness, RULES.random_sets
 
 
 def _hand_patterns(cfg: RetrievalConfig, batch, smap) -> np.ndarray:
@@ -41,7 +43,8 @@ def _hand_patterns(cfg: RetrievalConfig, batch, smap) -> np.ndarray:
 def test_scores_and_roles_of_hand_set_attention():
     batch = generate(TASK, 400, 0)
     smap = map_statements(TASK, batch)
-    scores = attention_roles(head_scores(_hand_patterns(TASK, batch, smap), TASK, smap, causal=True))
+    scores = attention_roles(head_scores(_hand_patterns(TASK, batch, smap), TASK, smap, causal=True),
+                             RULES.role_score)
     by_head = scores.set_index("head")
     assert by_head.loc[0, "query_hop1"] == pytest.approx(1.0)
     assert by_head.loc[0, "query_hop2"] == pytest.approx(0.0)
@@ -125,8 +128,10 @@ def test_ablating_the_head_that_carries_the_answer_drops_to_chance_and_others_co
     assert effects.loc[0, "resample_accuracy"] < 0.4  # another example's output names another root
     for kind in ("zero", "mean", "resample", "patch"):
         assert abs(effects.loc[1, f"{kind}_drop"]) < 1e-9
-    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True))
-    heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention)
+    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True),
+                             RULES.role_score)
+    heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention,
+                         RULES.circuit_drop)
     assert heads.set_index("head").loc[0, "role"] == "query→hop1"
     assert list(heads.in_circuit) == [True, False]
     check = circuit_check(heads, intervention, SUFFICIENT, RANDOM_SETS).iloc[0]
@@ -141,7 +146,8 @@ def _scores_and_effects(model: EnsembleTransformer, cfg: RetrievalConfig, seed: 
     batch = generate(cfg, 512, seed)
     smap = map_statements(cfg, batch)
     intervention = HeadIntervention(model, cfg, batch, smap)
-    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True))
+    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True),
+                             RULES.role_score)
     return scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention
 
 
@@ -155,7 +161,7 @@ def test_a_head_that_shares_the_attention_but_writes_nothing_stays_out_of_the_ci
             w[0, 1] = w[0, 0]
         attn.W_O[0, 1] = 0.0
     effects, intervention = _scores_and_effects(model, cfg, 5)
-    heads = name_circuit(effects, intervention).set_index("head")
+    heads = name_circuit(effects, intervention, RULES.circuit_drop).set_index("head")
     assert list(heads.role) == ["query→hop1", "query→hop1"]  # same attention, same role and group
     assert heads.loc[1, "group_drop"] > 0.5 and abs(heads.loc[1, "member_drop"]) < 1e-9
     assert list(heads.in_circuit) == [True, False]
@@ -165,7 +171,7 @@ def test_a_circuit_of_every_head_cannot_beat_random_sets_and_an_insufficient_one
     cfg = RetrievalConfig(vocab=12, chains=3, hops=1, curriculum="none")
     model = _retrieval_head_model(cfg)
     effects, intervention = _scores_and_effects(model, cfg, 6)
-    heads = name_circuit(effects, intervention)
+    heads = name_circuit(effects, intervention, RULES.circuit_drop)
     everything = circuit_check(heads.assign(in_circuit=True), intervention, SUFFICIENT, RANDOM_SETS).iloc[0]
     assert everything.p_necessary == 1.0 and everything.p_sufficient == 1.0  # every set of size 2 is this set
     useless = circuit_check(heads.assign(in_circuit=heads["head"] == 1), intervention, SUFFICIENT,
@@ -205,7 +211,7 @@ def test_path_patching_sees_layer_two_read_what_layer_one_wrote_through_its_valu
     model = _two_layer_stack(cfg)
     effects, intervention = _scores_and_effects(model, cfg, 7)
     assert intervention.accuracy(intervention.clean_prediction)[0] == 1.0
-    heads = name_circuit(effects, intervention)
+    heads = name_circuit(effects, intervention, RULES.circuit_drop)
     assert heads.set_index(["layer", "head"]).in_circuit.to_dict() == {(0, 0): True, (0, 1): False,
                                                                         (1, 0): True, (1, 1): False}
     paths = path_patching(heads, intervention).set_index("channel")
@@ -226,8 +232,10 @@ def test_redundant_heads_are_named_by_their_group():
     batch = generate(cfg, 512, 4)
     smap = map_statements(cfg, batch)
     intervention = HeadIntervention(model, cfg, batch, smap)
-    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True))
-    heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention)
+    scores = attention_roles(head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True),
+                             RULES.role_score)
+    heads = name_circuit(scores.merge(head_effects(intervention), on=["instance", "layer", "head"]), intervention,
+                         RULES.circuit_drop)
     assert (heads.mean_drop < 0.05).all()  # neither alone matters ...
     assert (heads.group_drop > 0.5).all()  # ... but together they carry the answer
     assert list(heads.evidence) == ["group", "group"]

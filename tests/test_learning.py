@@ -56,16 +56,18 @@ def test_two_layers_solve_three_hops_by_composing_links_under_dense_supervision(
     import pandas as pd
 
     from headway.studies.retrieval.phase import mechanism_evidence
-    from headway.tasks.retrieval.mechanism import mechanism_table
+    from headway.studies.retrieval.rules import RetrievalRules
+    from headway.analysis.retrieval.mechanism import mechanism_table
 
     base = {**scale_settings("cpu"), "steps": 600, "eval_every": 100, **COMPOSITIONAL}
     runs = expand_grid(base, {"seed": SEEDS})
     final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False))
     assert final.val_accuracy.min() >= 0.95, final.val_accuracy.tolist()
-    probes, heads, composition = mechanism_evidence(tmp_path, set(final.run_id))
+    rules = RetrievalRules()
+    probes, heads, composition = mechanism_evidence(tmp_path, set(final.run_id), rules.read_level)
     models = pd.DataFrame({"run_id": final.run_id, "layers": 2, "hops": 3, "solved": True,
                            "accuracy": final.val_accuracy})
-    for found in mechanism_table(probes, heads, models, composition).itertuples():
+    for found in mechanism_table(probes, heads, models, rules.mechanism_rule(), composition).itertuples():
         assert found.link_farthest.startswith("2") and found.farthest.endswith("3"), found
         assert found.reads in ("root-ward", "both") and found.composing_drop >= 0.5, found
         assert found.mechanism == "compositional" or "no control heads" in found.reason, found

@@ -19,6 +19,7 @@ from headway.analysis.llc import (
     LLCResult,
     MalaScore,
     SGLDSettings,
+    ValidityLimits,
     anchor_loss,
     default_nbeta,
     estimate_llc,
@@ -460,6 +461,16 @@ def test_climbing_and_disagreeing_chains_are_reported():
     apart = estimate_llc(model, shifted(per_row=1.0), x, y, settings)
     assert [w for w in apart.warnings if "chains disagree" in w and w.startswith("instance 0:")]
     assert not [w for w in apart.warnings if "climbing" in w or "diverges" in w]
+
+
+def test_the_climb_that_invalidates_is_judged_by_the_callers_limits():
+    model, x, y = regression(1, 6, seed=9)
+    settings = SGLDSettings(chains=4, draws=300, **REGULAR)
+    lenient = ValidityLimits(trend_fraction=1e6)  # a climb this steep is never seen: no chain is still climbing
+    result = estimate_llc(model, shifted(per_step=0.01), x, y, settings, validity=lenient)
+    assert result.validity == lenient
+    assert not [w for w in result.warnings if "still climbing" in w]
+    assert "climbing" not in result.to_frame().invalid[0]
 
 
 def test_negative_llc_warns_that_w_star_is_not_a_minimum():

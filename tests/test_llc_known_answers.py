@@ -21,12 +21,13 @@ from headway.analysis.llc.known_answers import (
     learning_coefficient,
     suite_bias,
 )
-from headway.analysis.llc.validity import BASIN_FRACTION, MIN_VALID_ACCEPTANCE, basin_fraction, invalid_reasons
+from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
 from headway.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
 
 TOLERANCE = 0.15  # the target: every suite model within 15% of its truth at the default settings
+LIMITS = ValidityLimits()  # the estimator's own validity limits, which the suite is judged by
 
 
 def reduced_rank(m: int, h: int, n: int, r: int) -> float:
@@ -82,7 +83,8 @@ def test_the_default_settings_estimate_every_suite_model_within_15_percent(at_de
     row = at_defaults.table.set_index("model").loc[known.name]
     assert row.truth == known.truth
     assert abs(row.relative_error) < TOLERANCE, f"λ̂ {row.estimate:.2f} ± {row.se:.2f} against λ = {row.truth}"
-    assert row.invalid == "" and row.acceptance > MIN_VALID_ACCEPTANCE and row.basin_fraction < BASIN_FRACTION / 2
+    assert row.invalid == "" and row.acceptance > LIMITS.min_acceptance
+    assert row.basin_fraction < LIMITS.basin_fraction / 2
 
 
 def test_the_suite_reports_its_bias(at_defaults):
@@ -112,7 +114,7 @@ def test_hot_chains_leave_the_basin_and_are_invalid():
     hot = SGLDSettings(lr=0.05, nbeta=1.0, localization=0.0, burnin=50, draws=100)  # nβ = 1: a nearly flat posterior
     result = estimate_llc(model, gaussian_nll, x, y, hot, chance_loss=chance)
     frame = result.to_frame()
-    assert frame.basin_fraction[0] > BASIN_FRACTION
+    assert frame.basin_fraction[0] > LIMITS.basin_fraction
     assert frame.invalid[0].startswith("chains left the basin")
     assert any("left the basin" in w for w in result.warnings)
     assert result.chance_loss[0] == pytest.approx(chance)
@@ -138,14 +140,23 @@ def rows(**columns) -> pd.DataFrame:
     ({"llc_mean": math.nan, "warnings": "chain 0 loss became non-finite at burn-in step 3"}, "a chain went non-finite"),
 ])
 def test_each_sampler_check_makes_an_estimate_invalid(columns, reason):
-    assert invalid_reasons(rows(**columns)).tolist() == [reason]
-    assert valid_llc(rows(**columns)).tolist() == [reason]  # the development rule is the same
+    assert invalid_reasons(rows(**columns), LIMITS).tolist() == [reason]
+    assert valid_llc(rows(**columns), LIMITS).tolist() == [reason]  # the development rule is the same
+
+
+def test_the_limits_are_the_callers():
+    strict = ValidityLimits(basin_fraction=0.01, min_acceptance=0.7)
+    assert invalid_reasons(rows(), strict).tolist() == [
+        "chains left the basin: their draws gave back ≥ 1% of what w* gains over a uniform guess"]
+    assert invalid_reasons(rows(basin_fraction=0.001), strict).tolist() == [
+        "MALA acceptance below 0.7: the SGLD step is too coarse"]
+    assert invalid_reasons(rows(basin_fraction=0.9), ValidityLimits(basin_fraction=1.0)).tolist() == [""]
 
 
 def test_trace_rows_without_the_new_columns_are_judged_on_what_they_have():
     old = pd.DataFrame({"llc_mean": [5.0, 5.0], "llc_se": [1.0, math.nan], "warnings": ["", ""]})
-    assert invalid_reasons(old).tolist() == ["", "no standard error recorded"]
-    assert invalid_reasons(old.iloc[:0]).tolist() == []
+    assert invalid_reasons(old, LIMITS).tolist() == ["", "no standard error recorded"]
+    assert invalid_reasons(old.iloc[:0], LIMITS).tolist() == []
 
 
 def test_basin_fraction_is_only_defined_where_w_star_beats_chance():

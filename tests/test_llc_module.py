@@ -15,7 +15,7 @@ from test_llc import REGULAR, Single, TensorPool, ce_last, trained_transformer
 from torch import nn
 
 from headway.analysis.llc import SGLDSettings, estimate_llc, head_mask, parameter_mask, sgld_step, weight_masks
-from headway.analysis.module_ensemble import ModuleEnsemble, ensemble_loss
+from headway.analysis.llc.module_ensemble import ModuleEnsemble, ensemble_loss
 from headway.errors import ConfigError
 
 

@@ -16,18 +16,21 @@ from headway.plots.marks import MECHANISM_MARKS
 from headway.runs.config import expand_grid
 from headway.runs.store import final_metrics, find_run, load_model
 from headway.studies.retrieval.phase import mechanism_evidence
+from headway.studies.retrieval.rules import RetrievalRules
 from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.retrieval.composition import composition_check, control_sets, link_positions
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
+from headway.analysis.retrieval.composition import composition_check, control_sets, link_positions
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
                                                mechanism_table)
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
 from headway.train.sweep import train_runs
 
 BIG = 30.0
+RULES = RetrievalRules()
+RULE = RULES.mechanism_rule()  # the study's thresholds: the classifier has none of its own
 
 
 # --- constructed evidence: each label and each reason -------------------------------------------
@@ -49,7 +52,7 @@ NEEDED = Ablation(composing_drop=0.85, control_drop=0.05)
 
 
 def test_a_solved_model_whose_links_compose_and_whose_answer_needs_them_is_compositional():
-    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
                      accuracy=0.99, ablation=NEEDED)
     assert found.mechanism == "compositional", found
     assert found.farthest == (1, 3) and found.link_farthest == (2, 3) and found.reads == "root-ward"
@@ -63,19 +66,19 @@ def test_composing_heads_without_control_heads_decide_nothing():
     uncontrolled = Ablation(composing_drop=0.95, control_drop=math.nan)
     for hops, query, links in ((3, QUERY_D3, LINKS_COMPOSE), (2, {1: [0.99, 0.05], 2: [0.99, 0.99]},
                                                                 {1: [1.0, 0.98], 2: [1.0, 0.99]})):
-        found = classify(probe_rows(query, links), COMPOSING_HEADS, layers=2, hops=hops, solved=True,
+        found = classify(probe_rows(query, links), COMPOSING_HEADS, rule=RULE, layers=2, hops=hops, solved=True,
                          accuracy=0.99, ablation=uncontrolled)
         assert found.mechanism == "not classifiable", found
         assert "no control heads" in found.reason
     unneeded = classify(probe_rows({1: [0.99, 0.05], 2: [0.99, 0.99]}, {1: [1.0, 0.98], 2: [1.0, 0.99]}),
-                        COMPOSING_HEADS, layers=2, hops=2, solved=True, accuracy=0.99,
+                        COMPOSING_HEADS, rule=RULE, layers=2, hops=2, solved=True, accuracy=0.99,
                         ablation=Ablation(composing_drop=0.0, control_drop=math.nan))
     assert unneeded.mechanism == "linear", unneeded  # the answer survives without them: no control needed
 
 
 def test_d_at_most_l_without_link_composition_is_linear():
     query = {1: [0.99, 0.05], 2: [0.99, 0.99]}
-    found = classify(probe_rows(query, {1: [1.0, 0.03], 2: [1.0, 0.5]}), LINEAR_HEADS, layers=2, hops=2,
+    found = classify(probe_rows(query, {1: [1.0, 0.03], 2: [1.0, 0.5]}), LINEAR_HEADS, rule=RULE, layers=2, hops=2,
                      solved=True, accuracy=1.0)
     assert found.mechanism == "linear" and "links decode no hop ≥ 2 before the last layer" in found.reason
     assert found.reads == "none" and math.isnan(found.composing_drop)
@@ -84,40 +87,40 @@ def test_d_at_most_l_without_link_composition_is_linear():
 def test_the_last_layers_decode_alone_never_makes_a_model_compositional():
     """The old rule's evidence: after layer 2 the query decodes hop 3, a hop beyond 2, but the links never
     composed before the last layer: D > L without link evidence is not classifiable, not compositional."""
-    found = classify(probe_rows(QUERY_D3, LINKS_ALONE), LINEAR_HEADS, layers=2, hops=3, solved=True, accuracy=0.99)
+    found = classify(probe_rows(QUERY_D3, LINKS_ALONE), LINEAR_HEADS, rule=RULE, layers=2, hops=3, solved=True, accuracy=0.99)
     assert found.farthest == (1, 3)
     assert found.mechanism == "not classifiable" and "D = 3 > L = 2" in found.reason
 
 
 def test_links_that_decode_far_hops_but_that_the_answer_does_not_need_are_not_composition():
     useless = Ablation(composing_drop=0.01, control_drop=0.0)
-    beyond = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+    beyond = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
                       accuracy=0.99, ablation=useless)
     assert beyond.mechanism == "not classifiable" and "the answer does not need them" in beyond.reason
     query = {1: [0.99, 0.05], 2: [0.99, 0.99]}
-    within = classify(probe_rows(query, {1: [1.0, 0.98], 2: [1.0, 0.99]}), COMPOSING_HEADS, layers=2, hops=2,
+    within = classify(probe_rows(query, {1: [1.0, 0.98], 2: [1.0, 0.99]}), COMPOSING_HEADS, rule=RULE, layers=2, hops=2,
                       solved=True, accuracy=1.0, ablation=useless)
     assert within.mechanism == "linear"  # D ≤ L: the answer survives without the composing heads
     as_costly = Ablation(composing_drop=0.6, control_drop=0.5)  # any heads of those layers cost as much
-    assert classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+    assert classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
                     accuracy=0.99, ablation=as_costly).mechanism == "not classifiable"
 
 
 def test_a_query_probe_that_under_reads_the_model_makes_it_not_classifiable():
     """The case that motivated the rule: accuracy 0.945, final-layer probe 0.746, farthest hops (1, 1)."""
     weak = {1: [0.99, 0.05, 0.05], 2: [0.99, 0.6, 0.746]}
-    found = classify(probe_rows(weak, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=True,
+    found = classify(probe_rows(weak, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
                      accuracy=0.945, ablation=NEEDED)
     assert found.farthest == (1, 1)
     assert found.mechanism == "not classifiable" and "too weak" in found.reason
     assert math.isclose(found.adequacy_gap, 0.199)
     missing = probe_rows({1: [0.99]}, LINKS_COMPOSE)  # no final-layer probe for hop 3 at all
-    assert classify(missing, COMPOSING_HEADS, layers=2, hops=3, solved=True, accuracy=0.99,
+    assert classify(missing, COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True, accuracy=0.99,
                     ablation=NEEDED).mechanism == "not classifiable"
 
 
 def test_an_unsolved_model_is_unsolved_whatever_its_evidence():
-    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, layers=2, hops=3, solved=False,
+    found = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=False,
                      accuracy=0.4, ablation=NEEDED)
     assert found.mechanism == "unsolved" and found.link_farthest == (2, 3)
 
@@ -125,7 +128,7 @@ def test_an_unsolved_model_is_unsolved_whatever_its_evidence():
 def test_farthest_hop_counts_a_jump_past_an_undecoded_hop():
     probes = pd.DataFrame({"site": "query", "layer": [1, 1, 2, 2, 2], "hops": [1, 2, 1, 2, 3],
                            "accuracy": [0.99, 0.2, 0.99, 0.1, 0.95]})
-    assert farthest_hops(probes, layers=2) == (1, 3)
+    assert farthest_hops(probes, layers=2, threshold=0.9) == (1, 3)
     assert farthest_hops(probes, layers=2, threshold=0.96) == (1, 1)
 
 
@@ -138,7 +141,7 @@ def test_mechanism_table_classifies_each_model_by_its_key_with_every_evidence_co
                            "solved": [True, True, True, False], "accuracy": [0.99, 1.0, 0.99, 0.3]})
     composition = pd.DataFrame({"run_id": ["a"], "composing_heads": ["L1H0"], "composing_drop": [0.85],
                                 "control_drop": [0.05], "uniform_next": [0.2], "uniform_prev": [0.2]})
-    table = mechanism_table(probes, heads, models, composition).set_index("run_id")
+    table = mechanism_table(probes, heads, models, RULE, composition).set_index("run_id")
     assert list(table.columns) == list(MECHANISM_COLUMNS)
     assert table.mechanism.to_dict() == {"a": "compositional", "b": "linear", "c": "not classifiable", "d": "unsolved"}
     assert table.loc["a", "composing_heads"] == "L1H0" and table.loc["a", "link_farthest"] == "2,3"
@@ -244,8 +247,8 @@ def _classified(model: EnsembleTransformer, cfg: RetrievalConfig):
     heads = head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True)
     intervention = HeadIntervention(model, cfg, batch, smap)
     accuracy = float(intervention.accuracy(intervention.clean_prediction)[0])
-    check = composition_check(heads, intervention, uniform_link_mass(smap, causal=True)).iloc[0]
-    found = classify(probes, heads, layers=2, hops=cfg.hops, solved=accuracy >= 0.9, accuracy=accuracy,
+    check = composition_check(heads, intervention, uniform_link_mass(smap, causal=True), RULES.read_level).iloc[0]
+    found = classify(probes, heads, rule=RULE, layers=2, hops=cfg.hops, solved=accuracy >= 0.9, accuracy=accuracy,
                      ablation=Ablation(check.composing_drop, check.control_drop), uniform=uniform_link_mass(smap, True))
     return accuracy, found
 
@@ -302,13 +305,13 @@ def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("mechanism")
     runs = {name: expand_grid({**TRAINED, **cell}, {})[0] for name, cell in CELLS.items()}
     final = final_metrics(train_runs(list(runs.values()), out, device="cpu", progress=False)).set_index("run_id")
-    probes, heads, composition = mechanism_evidence(out, {run.run_id for run in runs.values()})
+    probes, heads, composition = mechanism_evidence(out, {run.run_id for run in runs.values()}, RULES.read_level)
     models = pd.DataFrame({"run_id": [run.run_id for run in runs.values()],
                            "layers": [run.model.layers for run in runs.values()],
                            "hops": [run.task.hops for run in runs.values()],
                            "accuracy": [final.loc[run.run_id, "val_accuracy"] for run in runs.values()]})
     models["solved"] = models.accuracy >= 0.9
-    table = mechanism_table(probes, heads, models, composition).set_index("run_id")
+    table = mechanism_table(probes, heads, models, RULE, composition).set_index("run_id")
     return {"out": out, "runs": runs, "probes": probes, "heads": heads, "composition": composition,
             "classes": {name: table.loc[run.run_id] for name, run in runs.items()}}
 
@@ -340,7 +343,7 @@ def test_a_starved_probe_cannot_classify_the_composing_model(trained):
     starved = generate(run.task, 40, np.random.default_rng(5))
     probes = depth_probes(load_model(run_dir, index), run.task, starved, map_statements(run.task, starved))
     check = trained["composition"][trained["composition"].run_id == run.run_id].iloc[0]
-    found = classify(probes, trained["heads"][trained["heads"].run_id == run.run_id], layers=2, hops=3, solved=True,
+    found = classify(probes, trained["heads"][trained["heads"].run_id == run.run_id], rule=RULE, layers=2, hops=3, solved=True,
                      accuracy=float(check.clean_accuracy), ablation=Ablation(check.composing_drop, check.control_drop),
                      uniform=(check.uniform_next, check.uniform_prev))
     assert found.probe_train == 1.0 and found.adequacy_gap > 0.1, found  # over-fitted, not read

@@ -22,7 +22,7 @@ from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.study import ModularStudy
 from headway.studies.modular.tables import run_steps
 from headway.tasks.modular import ModularConfig
-from headway.tasks.modular.fourier import (
+from headway.analysis.modular.fourier import (
     effective_frequencies,
     embedding_spectrum,
     frequencies,
@@ -32,6 +32,8 @@ from headway.tasks.modular.fourier import (
 )
 from headway.tasks.registry import scale_settings
 from headway.train.sweep import train_runs
+
+COVERAGE = ModularRules().coverage  # the study's rule: the Fourier analysis holds no share of its own
 
 
 def test_the_split_partitions_every_pair_by_the_train_fraction():
@@ -77,11 +79,11 @@ def rotation_embedding(p: int, k: int, d_model: int = 8) -> EnsembleTransformer:
 def test_a_rotation_embedding_has_one_key_frequency_and_a_random_one_many():
     shares = embedding_spectrum(rotation_embedding(13, 5), 13)
     assert shares.shape == (1, 6) and shares[0, 4] == pytest.approx(1.0)
-    assert key_frequencies(shares) == [[5]] and effective_frequencies(shares)[0] == pytest.approx(1.0)
+    assert key_frequencies(shares, COVERAGE) == [[5]] and effective_frequencies(shares)[0] == pytest.approx(1.0)
     random = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=64), 60, 3, 59, [0, 1])
     spread = embedding_spectrum(random, 59)
     assert np.allclose(spread.sum(axis=1), 1.0)
-    assert (effective_frequencies(spread) > 20).all() and min(map(len, key_frequencies(spread))) > 15
+    assert (effective_frequencies(spread) > 20).all() and min(map(len, key_frequencies(spread, COVERAGE))) > 15
     with pytest.raises(ConfigError, match="odd modulus"):
         frequencies(12)
 
@@ -159,7 +161,7 @@ def test_a_cpu_scale_run_groks_with_weight_decay_and_finds_a_handful_of_frequenc
         assert row.grokked, row
     model = load_model(next(tmp_path.iterdir()), device="cpu")
     shares = embedding_spectrum(model, 59)
-    keys = key_frequencies(shares)
+    keys = key_frequencies(shares, COVERAGE)
     assert all(1 <= len(k) <= 8 for k in keys), keys
     start = EnsembleTransformer.from_seeds(RunConfig.from_flat(scale_settings("cpu", "modular")).model, 60, 3, 59,
                                            [0, 1])

@@ -20,7 +20,7 @@ from headway.execution import memory
 from headway.limits import MAX_PROMPT_CHARACTERS
 from headway.tasks.retrieval.prompts.questions import (QuestionSet, check_renderable, make_questions,
                                                        projected_characters)
-from headway.tasks.retrieval.task import RetrievalConfig
+from headway.tasks.retrieval.config import RetrievalConfig
 
 GiB = 2**30
 OUT_OF_MEMORY = ("headway: error: out of memory; lower the sizes of the command (docs/cli.md#limits) and run it again: "

@@ -1,4 +1,4 @@
-"""The reachable fraction (headway.tasks.retrieval.reach): known values, the chain and tripling
+"""The reachable fraction (headway.analysis.retrieval.reach): known values, the chain and tripling
 rules, exact against simulated, the flat layout, seeds, refusals and `headway reach`."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 
 from headway.cli.main import main
 from headway.errors import ConfigError
-from headway.tasks.retrieval import reach
-from headway.tasks.retrieval.reach import ReachBound, accuracy_ceiling, reach_table, reachable_fraction
+from headway.analysis.retrieval import reach
+from headway.tasks.retrieval import flow
+from headway.analysis.retrieval.reach import ReachBound, accuracy_ceiling, reach_table, reachable_fraction
 from headway.tasks.retrieval.theory import min_layers
 
 
@@ -39,7 +40,7 @@ def test_vectorised_rule_matches_the_set_reference():
         hops, layers = int(rng.integers(1, 9)), int(rng.integers(1, 5))
         attention, layout = rng.choice(["causal", "bidirectional"]), rng.choice(["packed", "flat"])
         order = rng.permutation(hops)
-        got = bool(reach._reaches(order[None, :], layers, attention, layout)[0])
+        got = bool(flow.reaches(order[None, :], layers, attention, layout)[0])
         assert got == reference_reaches(list(order), layers, attention, layout)
 
 
@@ -50,7 +51,7 @@ def test_known_causal_shuffled_values():
     assert four.fraction == 8 / 24  # the "about 32%": exactly 8 of the 24 orders
     nine = reachable_fraction(9, 3)
     assert nine.method == "simulated" and nine.orders == 20000
-    # Every one of the 9! orders enumerated once (reach._reaches): 188496 / 362880 = 51.94%. The
+    # Every one of the 9! orders enumerated once (flow.reaches): 188496 / 362880 = 51.94%. The
     # quoted "about 53%" is 3 standard errors above that at 20000 orders; the interval holds the
     # enumerated value, not 0.53.
     assert nine.lower <= 188496 / 362880 <= nine.upper
@@ -88,7 +89,7 @@ def test_bidirectional_reaches_floor_three_to_the_t_over_two_in_every_order(laye
 def test_bidirectional_does_not_depend_on_the_order(layout):
     orders = np.random.default_rng(0).permuted(np.tile(np.arange(7), (200, 1)), axis=1)
     for layers in (1, 2, 3):
-        reached = reach._reaches(orders, layers, "bidirectional", layout)
+        reached = flow.reaches(orders, layers, "bidirectional", layout)
         assert reached.all() or not reached.any()
 
 

@@ -17,7 +17,8 @@ from headway.runs.config import RunConfig
 from headway.studies.retrieval.depth import depth_table
 from headway.studies.retrieval.plan import study_plan
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.tasks.retrieval.reachable_targets import masked_fraction, unreachable_targets
+from headway.analysis.retrieval.reach import masked_fraction
+from headway.tasks.retrieval.reachable_targets import unreachable_targets
 from headway.train.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
 

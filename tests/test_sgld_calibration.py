@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from headway.analysis.llc import SGLDSettings
-from headway.analysis.sgld_calibration import calibrate_sgld, calibration_grid, choose_setting, judge_calibration
+from headway.analysis.llc.calibration import calibrate_sgld, calibration_grid, choose_setting, judge_calibration
 from test_llc import half_mse, regression
 
 COLUMNS = ["lr", "batch_size", "localization", "burnin", "draws", "instance", "llc_mean", "llc_se", "acceptance",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,19 +17,19 @@ from headway.plots.circuits import plot_circuits, plot_diagonal_scores
 from headway.studies.sorting.analyse import untrained_scores
 from headway.studies.sorting.plan import study_plan
 from headway.studies.sorting.rules import SortingRules
-from headway.studies.sorting.tables import SortingTables
-from headway.studies.sorting.verdicts import SPLITTING_CLAIM, sensitivity_text, threshold_sensitivity
+from headway.studies.sensitivity import sweep_text, threshold_sensitivity
+from headway.studies.sorting.tables import SortingTables, tables_at
+from headway.studies.sorting.verdicts import CLAIMS
 from headway.tasks.sorting import SortingConfig, encode, generate
-from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
-from headway.tasks.sorting.effects import (
+from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
+from headway.analysis.sorting.effects import (
     ALL_HEADS,
     ablate_heads,
     autoregressive_accuracy,
     direct_logit_attribution,
     gap_bins,
 )
-from headway.tasks.sorting.modes import (
-    ModeThresholds,
+from headway.analysis.sorting.modes import (
     classify_modes,
     copy_sets,
     diagonal_scores,
@@ -38,6 +40,8 @@ from headway.tasks.sorting.modes import (
 TASK = SortingConfig(length=10, values=51)
 TINY = SortingConfig(length=4, values=12)
 V = TASK.values
+RULES = SortingRules()
+THRESHOLDS = RULES.mode_thresholds()  # the study's: the classifier holds none of its own
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
@@ -70,7 +74,7 @@ def test_classifier_names_the_mode_of_hand_built_circuits():
     ]) + _noise(2, 6, 2, V, V, scale=0.01)
     qk = _noise(3, 6, 2, V + 1, V)
     qk[1:3, 1] = qk[1:3, 0] + _noise(4, 2, V + 1, V, scale=0.1)  # the paired heads attend alike
-    modes = classify_modes(ov, qk)
+    modes = classify_modes(ov, qk, THRESHOLDS)
     assert modes["mode"].tolist() == ["splitting", "copy_suppression", "overlapping", "other", "other", "other"]
     split, cs, same = modes.iloc[0], modes.iloc[1], modes.iloc[2]
     # the noise rows (the other head's range) could pass the threshold, but rarely do
@@ -86,17 +90,17 @@ def test_classifier_names_the_mode_of_hand_built_circuits():
 
 def test_classifier_works_for_one_and_three_heads_and_its_thresholds():
     thirds = torch.stack([_diagonal(range(17)), _diagonal(range(17, 34)), _diagonal(range(34, V))])[None]
-    three = classify_modes(thirds, _noise(5, 1, 3, V + 1, V))
+    three = classify_modes(thirds, _noise(5, 1, 3, V + 1, V), THRESHOLDS)
     assert three["mode"].item() == "splitting" and three.n_copiers.item() == 3
-    alone = classify_modes(_diagonal(range(V))[None, None], _noise(6, 1, 1, V + 1, V))
+    alone = classify_modes(_diagonal(range(V))[None, None], _noise(6, 1, 1, V + 1, V), THRESHOLDS)
     assert alone["mode"].item() == "other" and alone.copier.item() == 0 and np.isnan(alone.qk_similarity.item())
     # disjoint heads that leave half the numbers uncopied are no split
     half = torch.stack([_diagonal(range(12)), _diagonal(range(12, 25))])[None]
-    assert classify_modes(half, _noise(7, 1, 2, V + 1, V))["mode"].item() == "other"
-    strict = ModeThresholds(min_fraction=0.6)  # neither half-range head counts as a copier any more
+    assert classify_modes(half, _noise(7, 1, 2, V + 1, V), THRESHOLDS)["mode"].item() == "other"
+    strict = RULES.changed(min_fraction=0.6).mode_thresholds()  # neither half-range head counts as a copier any more
     split = torch.stack([_diagonal(range(25)), _diagonal(range(25, V))])[None]
     assert classify_modes(split, _noise(8, 1, 2, V + 1, V), strict)["mode"].item() == "other"
-    beyond = ModeThresholds(copy=7.5)  # above the one-hot maximum sqrt(50) ≈ 7.07: nothing copies
+    beyond = RULES.changed(copy=7.5).mode_thresholds()  # above the one-hot maximum sqrt(50) ≈ 7.07: nothing copies
     assert classify_modes(split, _noise(8, 1, 2, V + 1, V), beyond).n_copiers.item() == 0
 
 
@@ -106,7 +110,7 @@ def test_diagonal_scores_and_copy_sets():
     assert scores.shape == (1, 3, V)
     assert torch.allclose(scores[0, 0], torch.full((V,), (V - 1) ** 0.5))  # one-hot row: sqrt(V - 1)
     assert torch.allclose(scores[0, 1], -scores[0, 0]) and torch.all(scores[0, 2] == 0)
-    copies, suppresses = copy_sets(scores)
+    copies, suppresses = copy_sets(scores, THRESHOLDS)
     assert copies[0, 0].all() and not copies[0, 1:].any()
     assert suppresses[0, 1].all() and not suppresses[0, 0].any() and not suppresses[0, 2].any()
 
@@ -143,7 +147,7 @@ def test_circuits_of_hand_built_weights_recover_the_mode():
     model = _hand_model()
     ov, qk = ov_circuits(model, TASK), qk_circuits(model, TASK)
     assert ov.shape == (4, 2, V, V) and qk.shape == (4, 2, V + 1, V)
-    modes = classify_modes(ov, qk)
+    modes = classify_modes(ov, qk, THRESHOLDS)
     assert modes["mode"].tolist() == ["splitting", "copy_suppression", "overlapping", "other"]
     assert modes.copy_fraction_h0.iloc[0] == pytest.approx(25 / V) and modes.overlap.iloc[0] == 0.0
     assert (modes.copier.iloc[1], modes.suppressor.iloc[1]) == (0, 1)
@@ -372,11 +376,11 @@ def test_bad_input_is_refused_with_the_value_named():
     with pytest.raises(ConfigError, match="batch tokens have shape"):
         direct_logit_attribution(good, generate(SortingConfig(length=3, values=12), 2, 0), TINY)
     with pytest.raises(ConfigError, match=r"ov has shape \(2, 5, 5\)"):
-        classify_modes(torch.zeros(2, 5, 5), torch.zeros(2, 6, 5))
+        classify_modes(torch.zeros(2, 5, 5), torch.zeros(2, 6, 5), THRESHOLDS)
     with pytest.raises(ConfigError, match=r"qk has shape \(1, 2, 5, 5\)"):
-        classify_modes(torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 5, 5))
+        classify_modes(torch.zeros(1, 2, 5, 5), torch.zeros(1, 2, 5, 5), THRESHOLDS)
     with pytest.raises(ConfigError, match="copy = -1"):
-        ModeThresholds(copy=-1)
+        dataclasses.replace(THRESHOLDS, copy=-1)
 
 
 def test_figures_show_both_circuits_and_the_scores(tmp_path):
@@ -391,11 +395,11 @@ def test_figures_show_both_circuits_and_the_scores(tmp_path):
     assert image.get_clim()[0] == -image.get_clim()[1]  # diverging, centred at 0
     fig.savefig(tmp_path / "circuits.png")
     scores = diagonal_scores(ov)
-    copies, suppresses = copy_sets(scores)
-    fig = plot_diagonal_scores(scores[1], copies[1], suppresses[1], "diagonal scores")
+    copies, suppresses = copy_sets(scores, THRESHOLDS)
+    fig = plot_diagonal_scores(scores[1], copies[1], suppresses[1], "diagonal scores", RULES.copy)
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.get_lines()[:2]] == ["head 0", "head 1"]
-    threshold = ModeThresholds().copy
+    threshold = RULES.copy
     assert {line.get_ydata()[0] for line in ax.get_lines()[2:]} >= {threshold, -threshold}
     fig.savefig(tmp_path / "scores.png")
     assert (tmp_path / "circuits.png").stat().st_size > 0 and (tmp_path / "scores.png").stat().st_size > 0
@@ -451,19 +455,17 @@ def test_threshold_sweep_shows_where_a_mode_flips():
     tables = SortingTables(final=final, fractions=pd.DataFrame(), gap_test=None, development=[],
                            weight_decays=(0.0, 0.005), ablation=pd.DataFrame(), dla=pd.DataFrame(),
                            sweep=final[["run_id", "instance"]].merge(sweep, on="instance"))
-    sensitivity = threshold_sensitivity(tables, rules)
-    statuses = sensitivity[(sensitivity.claim == SPLITTING_CLAIM) & (sensitivity.threshold == "copy")].set_index(
+    sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(tables, rules, changed))
+    statuses = sensitivity[(sensitivity.claim == "splitting") & (sensitivity.rule == "copy")].set_index(
         "value").status
     assert statuses[2.0] == "not reproduced" and statuses[3.5] == "reproduced"  # 0/10 split at wd 0, with power 0.89
-    assert sensitivity_text(sensitivity, SPLITTING_CLAIM, "reproduced") == (
+    assert sweep_text(sensitivity, "splitting", "reproduced") == (
         "Threshold sweep: copy — same status at 3.5, 4, 4.5, not reproduced at 2, 2.5, 3; "
-        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2; "
-        "learned — same status at every value swept (0.9–0.99).")
+        "max_overlap — same status at 0.3, 0.4, 0.5, not reproduced at 0.2.")  # learned moves no finding here
     steady = sensitivity.assign(status="reproduced")
-    assert sensitivity_text(steady, SPLITTING_CLAIM, "reproduced") == (
+    assert sweep_text(steady, "splitting", "reproduced") == (
         "Threshold sweep: copy — same status at every value swept (2–4.5); "
-        "max_overlap — same status at every value swept (0.2–0.5); "
-        "learned — same status at every value swept (0.9–0.99).")
+        "max_overlap — same status at every value swept (0.2–0.5).")
 
 
 def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():
@@ -472,8 +474,8 @@ def test_the_copy_threshold_is_set_by_untrained_heads_of_the_study_shape():
     run = study_plan("cpu").runs()[0]
     scores = untrained_scores(run, 300)
     assert scores.shape == (300, 2, V) and abs(float(scores.std()) - 1) < 0.05
-    assert noise_threshold(scores, 2 * V) == ModeThresholds().copy
-    assert noise_threshold(scores, 2 * V, rate=0.5) < ModeThresholds().copy  # a looser noise budget: lower
+    assert noise_threshold(scores, 2 * V, RULES.copy_noise) == RULES.copy
+    assert noise_threshold(scores, 2 * V, rate=0.5) < RULES.copy  # a looser noise budget: lower
     # splitting needs two copiers: no untrained model has two at any swept copy threshold, so the rule calls
     # none of the 300 splitting (the study's splitting_noise_rate, 0.05, bounds this from above)
     rules = SortingRules()

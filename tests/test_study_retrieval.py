@@ -88,11 +88,11 @@ def test_the_verdicts_never_count_an_untestable_case_as_a_refutation(study):
 
 def test_threshold_sweeps_show_where_each_verdict_flips(study):
     sweep = pd.DataFrame(json.loads((study / "summary.json").read_text())["threshold_sensitivity"])
-    assert {"claim", "rule", "value", "default", "status", "p_value", "power"} <= set(sweep.columns)
+    assert {"claim", "rule", "value", "default", "status", "p_value", "power", "rests"} <= set(sweep.columns)
     assert set(sweep.rule) <= set(RetrievalRules().sweeps())
     assert sweep.groupby(["claim", "rule"]).default.sum().eq(1).all()  # each sweep marks its default once
-    naming = sweep[sweep.rule.isin(["role_score", "circuit_drop"])]
-    assert len(naming) == 8 and set(naming.claim) == {CIRCUIT_CLAIM}
+    naming = sweep[sweep.rule.isin(["role_score", "circuit_drop"]) & sweep.rests]
+    assert len(naming) == 8 and set(naming.claim) == {"circuit"}
     assert (naming[~naming.default].status == "not testable").all()  # no random-set null away from the rule
     html = (study / "report.html").read_text()
     assert "Threshold sensitivity" in html and "Path patching" in html and "Methods: the rules" in html

@@ -21,6 +21,7 @@ from headway.studies.sorting.verdicts import llc_rises_then_falls
 from headway.studies.verdict import judge
 from headway.tasks.registry import scale_settings
 
+LIMITS = SortingRules().llc_validity()
 SMALL = {**scale_settings("cpu", "sorting"), "length": 5, "values": 16, "d_model": 32, "d_head": 16, "steps": 150,
          "batch_size": 64, "train_size": 5000, "val_size": 500, "eval_every": 25, "checkpoint_every": 50,
          "log_checkpoints": 6}
@@ -76,7 +77,7 @@ def test_checkpoints_with_negative_or_diverged_llc_never_make_the_peak():
     # λ̂ climbs through large negative values (w* not yet a minimum), is highest at its first positive
     # checkpoint and falls from there: read on the valid checkpoints there is no rise.
     metrics, trace = traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380])
-    run = development("r", metrics, trace, fall=0.1)
+    run = development("r", metrics, trace, fall=0.1, validity=LIMITS)
     assert run.peak_step == 30 == run.start_step and run.peak == 600 and run.final == 380
     assert not run.rises_then_falls
     assert set(run.excluded) == {0, 1, 3, 10} and "not a local minimum" in run.excluded[0]
@@ -84,22 +85,23 @@ def test_checkpoints_with_negative_or_diverged_llc_never_make_the_peak():
     # a diverged chain's checkpoint is left out too, however high its λ̂
     metrics, trace = traced_run([-4000, -3000, 200, 400, 600, 450, 5000, 370],
                                 warnings={300: "instance 0: chain 2 diverges: …"})
-    run = development("r", metrics, trace, fall=0.1)
+    run = development("r", metrics, trace, fall=0.1, validity=LIMITS)
     assert run.peak_step == 30 and run.excluded[300] == "a chain diverged" and run.final == 370
     assert run.rises_then_falls and run.start_step == 3 and run.start == 200
     # changes within two standard errors are no rise and fall
     metrics, trace = traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], se=200.0)
-    assert not development("r", metrics, trace, fall=0.1).rises_then_falls
+    assert not development("r", metrics, trace, fall=0.1, validity=LIMITS).rises_then_falls
     metrics, trace = traced_run([-1.0] * 8)
-    nothing = development("r", metrics, trace, fall=0.1)
+    nothing = development("r", metrics, trace, fall=0.1, validity=LIMITS)
     assert nothing.peak_step == -1 and not nothing.rises_then_falls and len(nothing.excluded) == 8
 
 
 def test_llc_verdict_states_its_test_and_groups_seeds_by_condition():
     rules = SortingRules()
-    falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1)
+    falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1,
+                        validity=LIMITS)
     no_rise = development("b", *traced_run([-4000, -3500, -2000, -100, 600, 500, 400, 380], seed=1, run_id="b"),
-                          fall=0.1)
+                          fall=0.1, validity=LIMITS)
     alone = judge([llc_rises_then_falls([no_rise], rules)], rules)[0]
     assert alone.status != "reproduced" and alone.p_value == 1.0
     assert alone.evidence.startswith("Test, fixed in advance: per traced run, one-sided z-tests")

@@ -20,7 +20,8 @@ from headway.studies.verdict import (STATUSES, Claim, Finding, MissingInput, Ver
 
 def test_a_verdict_has_a_known_status_and_evidence():
     assert Verdict("claim", "reproduced", "2 of 3").to_dict() == {
-        "claim": "claim", "status": "reproduced", "evidence": "2 of 3", "p_value": None, "alpha": None, "power": None}
+        "claim": "claim", "status": "reproduced", "evidence": "2 of 3", "p_value": None, "alpha": None, "power": None,
+        "id": ""}
     with pytest.raises(ConfigError, match="'partly reproduced' is unknown"):
         Verdict("claim", "partly reproduced", "2 of 3")
     with pytest.raises(ConfigError, match="evidence"):

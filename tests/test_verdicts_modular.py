@@ -11,6 +11,7 @@ import pytest
 
 from headway.analysis.development import development
 from headway.errors import ConfigError
+from headway.studies.llc_rules import LLCRules
 from headway.studies.modular import verdicts as modular
 from headway.analysis.statistics import normal_power
 from headway.studies.modular.llc_fall import LLC_COLUMNS, llc_table
@@ -23,6 +24,7 @@ from headway.studies.verdict import judge
 from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = ModularRules()
+VALIDITY = RULES.llc_validity()
 
 
 def status(finding, rules: ModularRules = RULES) -> str:
@@ -52,7 +54,7 @@ def test_grokking_steps_need_a_delay_after_memorisation():
 
 
 def test_the_rules_hold_every_threshold_once_with_reasons_and_the_analysis_ones_in_the_stamp(tmp_path):
-    assert RULES.stamp("analysis") == {"coverage": 0.8}
+    assert RULES.stamp("analysis") == {"coverage": 0.8, **LLCRules().stamp("analysis")}  # and the LLC validity limits
     assert {"generalised", "delay", "sparser", "logits_explained", "llc_fall"} <= set(RULES.sweeps())
     assert all(row["reason"] for row in RULES.rows())
     from headway.studies.modular import tables, verdicts
@@ -60,7 +62,7 @@ def test_the_rules_hold_every_threshold_once_with_reasons_and_the_analysis_ones_
     assert not any(hasattr(module, name) for module in (tables, verdicts)
                    for name in ("MEMORISED", "GENERALISED", "DELAY", "LLC_FALL", "SPARSER", "LOGITS_EXPLAINED"))
     study = ModularStudy(study_plan("cpu"), tmp_path, rules=ModularRules(coverage=0.9))
-    assert study.analysis_stamp(study.plan.runs())["rules"] == {"coverage": 0.9}
+    assert study.analysis_stamp(study.plan.runs())["rules"] == {"coverage": 0.9, **LLCRules().stamp("analysis")}
     with pytest.raises(ConfigError, match="judges by ModularRules, not Rules"):
         ModularStudy(study_plan("cpu"), tmp_path, rules=Rules())
 
@@ -205,25 +207,28 @@ def meta(*run_ids: str, weight_decays: tuple[float, ...] = (1.0, 0.0)) -> pd.Dat
 
 def test_the_llc_table_weighs_noise_and_bias_and_names_invalid_estimates():
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
-    run = development("g", metrics, trace, RULES.llc_fall)
+    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
     row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert (row.peak_step, row.final_step, row.fall, row.rise, row.peak_candidates) == (100, 2000, 0.5, 0.95, 4)
     assert row.fall_se == pytest.approx(0.025) and row.rise_se == pytest.approx(math.hypot(4, 1) / 200)
     assert row.invalid == "" and math.isnan(row.bias)  # not measured: weighed as 0
-    run = development("g", metrics, trace, RULES.llc_fall, bias=0.1)
+    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY, bias=0.1)
     biased = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert biased.fall_se == pytest.approx(math.sqrt(16 + 400 + 9 + 100) / 200)  # (se² + (0.1 λ̂)²) at peak and end
     assert biased.bias == 0.1  # the bias the run's Development weighed, not a flag passed beside it
     # chains that left the basin after the peak: the fall cannot be read, whatever the valid checkpoints say
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3],
                             warnings={1000: "instance 0: chain 1 diverges: …"})
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)],
+                    meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == "1 checkpoint(s) after its peak at step 100 are invalid (steps 1000: a chain diverged)"
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, math.nan])
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)],
+                    meta("g", weight_decays=(1.0,))).iloc[0]
     assert "steps 2000: no standard error recorded" in row.invalid
     metrics, trace = traced("g", [-1, -1, -1, -1, -1], [1] * 5)
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall)], meta("g", weight_decays=(1.0,))).iloc[0]
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)],
+                    meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == "no valid checkpoint" and math.isnan(row.fall)
 
 
@@ -233,7 +238,7 @@ def rejection_rate(grokked: np.ndarray, control: np.ndarray, se: np.ndarray, sim
     steps 0, 10, 100, 1000, 2000 are these curves plus chain noise at standard errors `se`."""
     runs, hits = meta("g", "c"), 0
     for _ in range(sims):
-        developments = [development(run_id, *traced(run_id, curve + rng.normal(0, se), se), RULES.llc_fall)
+        developments = [development(run_id, *traced(run_id, curve + rng.normal(0, se), se), RULES.llc_fall, VALIDITY)
                         for run_id, curve in (("g", grokked), ("c", control))]
         hits += modular.llc_falls_at_grokking(llc_table(developments, runs), RULES).p_value <= RULES.alpha
     return hits / sims
@@ -336,5 +341,6 @@ def test_the_llc_claim_states_the_bias_its_table_was_computed_with():
     assert "the estimator's relative bias 5.0% is added to every standard error for seed 0 wd 1; the estimator's " \
            "bias was not measured (taken as 0) for seed 0 wd 0" in mixed
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
-    biased = llc_table([development("g", metrics, trace, RULES.llc_fall, bias=0.1)], meta("g", weight_decays=(1.0,)))
+    biased = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY, bias=0.1)],
+                       meta("g", weight_decays=(1.0,)))
     assert biased.bias.iloc[0] == 0.1

@@ -343,26 +343,37 @@ def test_the_rules_read_while_analysing_are_in_the_cache_stamp():
 
     assert RULES.stamp("analysis") == {"role_score": [0.4, [0.3, 0.4, 0.5, 0.6]],
                                        "circuit_drop": [0.05, [0.02, 0.05, 0.1, 0.2]],
-                                       "sufficient_faithfulness": [0.8, [0.6, 0.8, 0.9]], "random_sets": 49}
+                                       "sufficient_faithfulness": [0.8, [0.6, 0.8, 0.9]], "read_level": 0.3,
+                                       "random_sets": 49}
     assert RULES.sweeps()["solved_accuracy"] == (0.5, 0.7, 0.8, 0.9, 0.95)
     plan = study_plan("cpu")
     run = plan.runs()[:1]
     default = RetrievalStudy(plan, "unused").analysis_stamp(run)
     stricter = RetrievalStudy(plan, "unused", rules=RULES.changed(sufficient_faithfulness=0.9)).analysis_stamp(run)
     assert default != stricter  # a changed analysis rule re-analyses instead of reusing stale tables
+    reading = RetrievalStudy(plan, "unused", rules=RULES.changed(read_level=0.5)).analysis_stamp(run)
+    assert default != reading  # the composing heads the composition check ablates are chosen at analysis
     looser = RetrievalStudy(plan, "unused", rules=RULES.changed(solved_accuracy=0.8)).analysis_stamp(run)
     assert default == looser  # a summary rule re-judges the cached tables
     wider = RetrievalStudy(plan, "unused", rules=RetrievalRulesWithRoleSweep()).analysis_stamp(run)
     assert default != wider  # the analysis computes its sweep too
 
 
-def test_sensitivity_names_where_a_verdict_flips():
-    from headway.studies.retrieval.sensitivity import flips
+def test_a_cache_stamped_before_a_fixed_value_became_a_rule_stays_valid_while_the_rule_holds_it():
+    """read_level was mechanism.READ_LEVEL = 0.3 before it became a rule: a cache stamped then (without it) was
+    computed at 0.3, so it is reused at 0.3 and analysed again at any other level."""
+    before = {name: value for name, value in RULES.stamp("analysis").items() if name != "read_level"}
+    assert RULES.stamps("analysis") == [RULES.stamp("analysis"), before]
+    assert RULES.changed(read_level=0.5).stamps("analysis") == [RULES.changed(read_level=0.5).stamp("analysis")]
 
-    table = pd.DataFrame({"claim": ["depth law"] * 3 + ["reach"] * 2, "rule": ["solved_accuracy"] * 3 + ["probe"] * 2,
+
+def test_sensitivity_names_where_a_verdict_flips():
+    from headway.studies.sensitivity import flips
+
+    table = pd.DataFrame({"claim": ["depth-law"] * 3 + ["reach"] * 2, "rule": ["solved_accuracy"] * 3 + ["probe"] * 2,
                           "value": [0.5, 0.9, 0.95, 0.8, 0.9], "default": [False, True, False, False, True],
                           "status": ["reproduced", "reproduced", "not testable", "not reproduced", "not reproduced"]})
-    assert flips(table) == ["depth law — solved_accuracy: reproduced at 0.5, 0.9; not testable at 0.95"]
+    assert flips(table) == ["depth-law — solved_accuracy: reproduced at 0.5, 0.9; not testable at 0.95"]
 
 
 def test_the_depth_bound_that_applies_follows_the_attention():

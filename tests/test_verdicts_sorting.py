@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import cache
 
 import numpy as np
@@ -15,15 +15,17 @@ import pytest
 from headway.analysis.development import Development, development
 from headway.analysis.statistics import binomial_power, binomial_tail, normal_tail, poisson_binomial_tail
 from headway.errors import ConfigError
+from headway.studies.llc_rules import LLCRules
 from headway.studies.rules import Rules
 from headway.studies.sorting import verdicts as sorting
 from headway.studies.sorting.plan import data_label_of, study_plan
 from headway.studies.sorting.rise_fall import run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.study import SortingStudy
-from headway.studies.sorting.tables import SortingTables, gap_power, gap_power_at, gap_test, mode_fractions
+from headway.studies.sensitivity import sweep_text, threshold_sensitivity
+from headway.studies.sorting.tables import SortingTables, gap_power, gap_power_at, gap_test, mode_fractions, tables_at
 from headway.studies.verdict import Finding, Verdict, judge
-from headway.tasks.sorting.modes import MODES, ModeThresholds
+from headway.analysis.sorting.modes import MODES, ModeThresholds
 from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = SortingRules()
@@ -46,16 +48,24 @@ def tables_of(final: pd.DataFrame, traced: list[Development] | None = None) -> S
                          ablation=pd.DataFrame(), dla=pd.DataFrame())
 
 
+def sensitivity(tables: SortingTables) -> pd.DataFrame:
+    """The threshold sensitivity the report builds from the registry, the modes read from `tables.sweep`."""
+    return threshold_sensitivity(sorting.CLAIMS, tables, RULES, lambda changed: tables_at(tables, RULES, changed))
+
+
 def alone(finding: Finding, rules: SortingRules = RULES) -> Verdict:
     """The verdict on one finding judged by itself (Holm over one claim: level α)."""
     return judge([finding], rules)[0]
 
 
 def test_the_rules_hold_the_mode_rule_its_sweeps_and_every_level():
-    assert RULES.mode_thresholds() == ModeThresholds()  # one source of the mode rule's defaults
+    thresholds = RULES.mode_thresholds()  # one source of the mode rule's values: the rules (ModeThresholds has none)
+    assert {f.name: getattr(thresholds, f.name) for f in fields(ModeThresholds)} == {
+        "copy": 3.5, "min_fraction": 0.2, "qk_similar": 0.5, "suppressed_copied": 0.5, "max_overlap": 0.3,
+        "min_coverage": 0.8}
     assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
     assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppressed_copied", "max_overlap",
-                                            "min_coverage"}
+                                            "min_coverage", *LLCRules().stamp("analysis")}  # and the LLC limits
     assert RULES.sweeps()["learned"] == (0.9, 0.95, 0.99) and RULES.stamp("summary")["learned"] == [0.95, [0.9, 0.95, 0.99]]
     assert RULES.changed(copy=3.0).mode_thresholds().copy == 3.0
     assert all(row["reason"] for row in RULES.rows())
@@ -150,8 +160,11 @@ def test_the_cpu_result_judged_together():
     assert found[sorting.SIMPLE_CLAIM].status == "not testable"  # 13/18, p 0.048 > 0.05 / 2, power 0.5 at 0.0125
     assert found[sorting.COPY_SUPPRESSION_CLAIM].status == "not testable"  # 1/18, power 0.79 < 0.8
     assert all(v.alpha == 0.05 for v in found.values() if v.p_value is not None)
-    assert found[sorting.SIMPLE_CLAIM].evidence.endswith(
-        "Threshold sweep: learned — same status at every value swept (0.9–0.99).")
+    assert [v.id for v in found.values()] == [claim.id for claim in sorting.CLAIMS]
+    swept = sensitivity(tables_of(final))
+    simple = swept[(swept.claim == "simple-modes") & (swept.rule == "learned")]
+    assert list(simple.status) == ["not testable"] * 3 and not simple.rests.any()  # every run learned at 0.99
+    assert sweep_text(swept, "simple-modes", "not testable") == ""  # it rests on no swept rule and never flips
 
 
 def test_threshold_sensitivity_judges_again_at_every_swept_value():
@@ -160,18 +173,17 @@ def test_threshold_sensitivity_judges_again_at_every_swept_value():
     at_default = final.assign(threshold="copy", value=3.5)
     tables = tables_of(final)
     tables.sweep = pd.concat([at_low_copy, at_default])[["run_id", "threshold", "value", "mode"]]
-    sensitivity = sorting.threshold_sensitivity(tables, RULES)
-    splitting = sensitivity[sensitivity.claim == sorting.SPLITTING_CLAIM].set_index(["threshold", "value"]).status
+    swept = sensitivity(tables)
+    splitting = swept[swept.claim == "splitting"].set_index(["rule", "value"]).status
     assert splitting[("copy", 2.0)] == "not reproduced" and splitting[("copy", 3.5)] == "reproduced"
     assert ("copy", 2.5) not in splitting.index  # a value the analysis did not store is left out
     assert list(splitting.loc["learned"]) == ["reproduced"] * 3
-    assert sorting.sensitivity_text(sensitivity, sorting.SPLITTING_CLAIM, "reproduced") == (
-        "Threshold sweep: copy — same status at 3.5, not reproduced at 2; "
-        "learned — same status at every value swept (0.9–0.99).")
+    assert sweep_text(swept, "splitting", "reproduced") == (
+        "Threshold sweep: copy — same status at 3.5, not reproduced at 2.")  # learned moves no finding here
     strict = tables_of(final.assign(val_accuracy=[0.97] * 10 + [0.999] * 10))  # 0.99 leaves no learned run at wd 0
-    statuses = sorting.threshold_sensitivity(strict, RULES)
-    at_099 = statuses[(statuses.threshold == "learned") & (statuses.value == 0.99)].set_index("claim").status
-    assert at_099[sorting.SPLITTING_CLAIM] == "not testable" and at_099[sorting.LEARNS_CLAIM] == "not reproduced"
+    statuses = sensitivity(strict)
+    at_099 = statuses[(statuses.rule == "learned") & (statuses.value == 0.99)].set_index("claim").status
+    assert at_099["splitting"] == "not testable" and at_099["learns-to-sort"] == "not reproduced"
 
 
 def test_mode_shares_keep_their_level_under_a_simulated_null():
@@ -290,7 +302,7 @@ def traced(llc: list[float], se: float = 10.0, warnings: dict[int, str] | None =
                             "weight_decay": wd, "seed": seed})
     trace = pd.DataFrame({"run_id": run_id, "step": steps, "weights": "all", "llc_mean": llc, "llc_se": se,
                           "warnings": [(warnings or {}).get(step, "") for step in steps], "data": "uniform"})
-    return development(run_id, metrics, trace, RULES.llc_fall, RULES.llc_change_z, bias)
+    return development(run_id, metrics, trace, RULES.llc_fall, RULES.llc_validity(), RULES.llc_change_z, bias)
 
 
 def test_the_llc_claim_counts_runs_that_rise_and_fall_beyond_noise():
@@ -369,7 +381,7 @@ def gap_inputs() -> tuple[pd.DataFrame, dict]:
 
 def gap_claim_inputs() -> dict:
     final, test = gap_inputs()
-    return {"test": copy.deepcopy(test), "final": final, "fractions": mode_fractions(final, RULES.learned)}
+    return {"gap_test": copy.deepcopy(test), "final": final, "fractions": mode_fractions(final, RULES.learned)}
 
 
 CLAIMS = {
@@ -413,7 +425,7 @@ def test_a_missing_input_among_unlearned_runs_is_not_read():
 @pytest.mark.parametrize("value", [math.nan, None])
 def test_a_missing_number_of_the_gap_test_makes_it_not_testable(entry, value):
     inputs = gap_claim_inputs()
-    test = inputs["test"]
+    test = inputs["gap_test"]
     if entry == "per_decay":
         test["per_decay"][0]["chi2"] = value
     elif entry == "simulated_p":

@@ -1,5 +1,5 @@
 """Development over training, for any task: which checkpoints an LLC trace visits, and each traced
-run's stages and LLC peak from its metrics and its LLC trace (`headway.studies.llc_trace` makes
+run's stages and LLC peak from its metrics and its LLC trace (`headway.analysis.llc.trace` makes
 the trace)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from headway.analysis.llc.validity import invalid_reasons
+from headway.analysis.llc.validity import ValidityLimits, invalid_reasons
 from headway.analysis.stages import label_stages, stage_boundaries
 from headway.analysis.statistics import normal_tail, z_score
 
@@ -69,19 +69,19 @@ def applied_bias(bias: float) -> float:
     return 0.0 if math.isnan(bias) else bias
 
 
-def valid_llc(whole: pd.DataFrame) -> pd.Series:
+def valid_llc(whole: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): the sampler checks
-    of `headway.analysis.llc.validity.invalid_reasons` (λ̂ ≤ 0 or undefined, no standard error recorded, a
-    chain non-finite or diverged, draw losses still climbing, chains out of the basin of w*, MALA acceptance
-    below its floor), each named in the reason."""
-    return invalid_reasons(whole)
+    of `headway.analysis.llc.validity.invalid_reasons` at `limits` (λ̂ ≤ 0 or undefined, no standard error
+    recorded, a chain non-finite or diverged, draw losses still climbing, chains out of the basin of w*, MALA
+    acceptance below its floor), each named in the reason."""
+    return invalid_reasons(whole, limits)
 
 
-def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, significant: float = 2.0,
-                bias: float = math.nan) -> Development:
+def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, validity: ValidityLimits,
+                significant: float = 2.0, bias: float = math.nan) -> Development:
     """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
-    are read from the valid checkpoints only (`valid_llc`): the peak must be above the first valid
-    checkpoint and the last valid one below it, each by `fall` of the peak and by `significant` times the
+    are read from the checkpoints valid by the `validity` limits only (`valid_llc`): the peak must be above the
+    first valid checkpoint and the last valid one below it, each by `fall` of the peak and by `significant` times the
     uncertainty of the difference, which adds to the two standard errors (`llc_se`, sampling noise) the
     estimator's relative `bias` (measured on models of known LLC; NaN: not measured, weighed as 0, and
     recorded as the Development's `bias` either way) of each value; no valid checkpoint before the peak means
@@ -90,7 +90,7 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == "all"].sort_values("step")
-    why = valid_llc(whole)
+    why = valid_llc(whole, validity)
     valid = (why == "").to_numpy()
     values = np.where(valid, whole.llc_mean.to_numpy(dtype=float), np.nan)
     steps = whole.step.to_numpy()

@@ -93,7 +93,7 @@ def _report_composition(out: Path, metrics, run_ids: set[str]) -> None:
     rules = RetrievalRules()
     metrics = metrics.assign(part="plain")
     final = final_runs(metrics, rules.solved_accuracy)
-    probes, heads, composition = mechanism_evidence(out, set(final.run_id))
+    probes, heads, composition = mechanism_evidence(out, set(final.run_id), rules.read_level)
     classes = run_mechanisms(final, probes, heads, composition, rules.mechanism_rule())
     phase = phase_table(final, metrics, classes, rules.solved_accuracy)
     figure = plot_phase_diagram(phase, out / "depth_phase.png", rules.solved_accuracy, title="headway demo")

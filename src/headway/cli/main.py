@@ -31,6 +31,7 @@ COMMANDS = {
     "export": ("headway.cli.export:export", "Write a trained run in another library's format."),
     "llm-eval": ("headway.cli.llm_eval:llm_eval", "Prompted retrieval questions (F1-F5) for any model: accuracy "
                                                   "vs hops, figure, tables and report."),
+    "llc": ("headway.cli.llc:llc", "Calibrate the SGLD sampler of the local learning coefficient on trained runs."),
     "reach": ("headway.cli.reach:reach", "Print the % of link orders from which the query reaches x_0, per layers "
                                          "(rows) and hops (columns)."),
     "show": ("headway.cli.show:show", "Print every run found in PATH (a run or sweep directory)."),

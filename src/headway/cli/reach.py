@@ -29,7 +29,7 @@ from headway.cli.options import OutputPath, parse_values
 def reach(hops: str, layers: str, attention: str, order: str, layout: str, chains: int, samples: int, seed: int,
           csv_path: Path | None) -> None:
     """Print the % of link orders from which the query reaches x_0, per layers (rows) and hops (columns)."""
-    from headway.tasks.retrieval.reach import reach_table
+    from headway.analysis.retrieval.reach import reach_table
 
     table = reach_table(parse_values("hops", hops, int), parse_values("layers", layers, int),
                         parse_values("attention", attention, str), parse_values("order", order, str),

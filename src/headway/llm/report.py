@@ -10,11 +10,13 @@ from typing import Any
 
 import pandas as pd
 
-from headway.analysis.statistics import binomial_tail, detectable_accuracy, holm
+from headway.analysis.statistics import binomial_power, binomial_tail, detectable_accuracy
 from headway.errors import ConfigError
 from headway.llm.evaluate import METRICS
+from headway.llm.rules import RULES
 from headway.plots.llm import accuracy_vs_hops, formulation_order, metric_order
 from headway.report.html import Report, code_span
+from headway.studies.verdict import Finding, judge
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS
 from headway.tasks.retrieval.prompts.questions import ANSWER_CUE, REPLY_RULE, Question
 
@@ -26,8 +28,6 @@ META_NAMES = {
     "cache_hits": "cache hits", "cache_misses": "cache misses",
 }
 ALL_METRICS = tuple(metric for metrics in METRICS.values() for metric in metrics)
-ALPHA = 0.05  # family-wise level, over every cell of a run, of the tests that call a cell above chance
-POWER = 0.8  # the power at which a design's detectable accuracy is quoted beside every null result
 
 
 def write_report(out: Path, results: pd.DataFrame, groups: pd.DataFrame, per_question: pd.DataFrame,
@@ -75,20 +75,35 @@ def verdict(results: pd.DataFrame, formulation: str, metric: str) -> str:
 
 def chance_tests(results: pd.DataFrame) -> pd.DataFrame:
     """Per row of `results` (the family: every cell and metric of one run): the one-sided exact binomial
-    p-value of its count against chance (`p_chance`), whether Holm's correction over the family rejects chance
-    at ALPHA (`above`), and the smallest true accuracy the test detects with POWER at its n at the strictest
-    Holm level, ALPHA / cells (`detectable`): with many cells, one passing at p < ALPHA is expected by luck."""
+    p-value of its count against chance (`p_chance`), the verdict of `judge` on the claim that the cell is
+    above chance (`status`, by the run's `RULES`: Holm's correction over the family at alpha; a null result
+    refutes it only with `power` to detect chance + `effect`), whether it is (`above`: reproduced), and the
+    smallest true accuracy the test detects with that power at its n at the strictest Holm level, alpha / cells
+    (`detectable`): with many cells, one passing at p < alpha is expected by luck."""
     rows = list(zip(results.correct.astype(int), results.n.astype(int), results.chance.astype(float)))
     p_values = [binomial_tail(k, n, c) for k, n, c in rows]
-    strictest = ALPHA / max(len(rows), 1)
-    return results.assign(p_chance=p_values, above=holm(p_values, ALPHA),
-                          detectable=[detectable_accuracy(n, c, strictest, POWER) for _, n, c in rows])
+    found = judge([_finding(cell, p, n, c) for cell, p, (_, n, c) in zip(results.itertuples(), p_values, rows)],
+                  RULES)
+    strictest = RULES.alpha / max(len(rows), 1)
+    return results.assign(p_chance=p_values, status=[v.status for v in found],
+                          above=[v.status == "reproduced" for v in found],
+                          detectable=[detectable_accuracy(n, c, strictest, RULES.power) for _, n, c in rows])
+
+
+def _finding(cell: Any, p_value: float, n: int, chance: float) -> Finding:
+    """The claim that one cell (a row of the results) is above chance, as `judge` takes it: its exact binomial
+    p-value, and its power at a level to detect a true accuracy of chance + `RULES.effect`."""
+    effect = min(1.0, chance + RULES.effect)
+    return Finding(f"{cell.formulation} {cell.metric} at {_hops(cell.hops)} is above chance",
+                   f"one-sided exact binomial test of {cell.correct} of {n} against chance {chance:.2f}",
+                   f"{cell.correct} of {n} correct", p_value,
+                   lambda level: binomial_power(n, chance, effect, level))
 
 
 def above_rule(cells: int) -> str:
     """How a cell is called above chance, for a run of `cells` cells."""
     return (f"(one-sided exact binomial test against chance, Holm-corrected over the run's {cells} cell{'' if cells == 1 else 's'} at "
-            f"family-wise α = {ALPHA:g})")
+            f"family-wise α = {RULES.alpha:g})")
 
 
 def _above_chance(cell: pd.DataFrame, cells: int) -> str:
@@ -112,13 +127,13 @@ def _above_chance(cell: pd.DataFrame, cells: int) -> str:
 
 
 def _power(null: pd.DataFrame) -> str:
-    """What a null result at these cells cannot rule out: the true accuracy detected with POWER at their n."""
+    """What a null result at these cells cannot rule out: the true accuracy detected with `RULES.power` at their n."""
     levels = sorted({f"{d:.2f}" for d in null.detectable})
     questions = sorted({int(n) for n in null.n})
     where = levels[0] if len(levels) == 1 else ", ".join(
         f"{d:.2f} at {_hops(h)}" for h, d in zip(null.hops, null.detectable))
     return (f"with {'/'.join(map(str, questions))} questions per cell the test detects a true accuracy of {where} "
-            f"or more with {POWER:.0%} power, so these null results do not rule out a lower one")
+            f"or more with {RULES.power:.0%} power, so these null results do not rule out a lower one")
 
 
 def _hops(*counts: int) -> str:
@@ -128,7 +143,7 @@ def _hops(*counts: int) -> str:
 
 def results_table(results: pd.DataFrame) -> pd.DataFrame:
     """The results for reading: one row per formulation × metric × hops, accuracy, Wilson interval, chance,
-    the one-sided p-value against chance and the accuracy detected with POWER, and unparseable replies
+    the one-sided p-value against chance and the accuracy detected with `RULES.power`, and unparseable replies
     where generate mode ran."""
     keys, metrics = formulation_order(results.formulation), metric_order(results.metric)
     rows = chance_tests(results.assign(_f=results.formulation.map(keys.index), _m=results.metric.map(metrics.index))
@@ -144,7 +159,7 @@ def results_table(results: pd.DataFrame) -> pd.DataFrame:
         "chance": rows.chance.map(_percent),
         "p vs chance": rows.p_chance.map(lambda p: f"{p:.3f}"),
         "above chance (Holm)": rows.above.map({True: "yes", False: "no"}),
-        f"detectable ({POWER:.0%} power)": rows.detectable.map(_percent),
+        f"detectable ({RULES.power:.0%} power)": rows.detectable.map(_percent),
     })
     if "exact_match" in metrics:
         table["unparseable"] = pd.array(rows.unparseable.where(rows.metric == "exact_match"), dtype="Int64")
@@ -193,9 +208,9 @@ def _verdicts(report: Report, results: pd.DataFrame) -> None:
         "Per formulation and metric: accuracy at the fewest and the most hops asked about, the chance level "
         "(1 / number of options), and the hop counts at which the model is above chance, meaning a one-sided "
         "exact binomial test of the count against chance rejects it under Holm's correction over every cell of "
-        f"the run at family-wise α = {ALPHA:g} (with many cells, one at p < {ALPHA:g} is expected by luck alone). "
+        f"the run at family-wise α = {RULES.alpha:g} (with many cells, one at p < {RULES.alpha:g} is expected by luck alone). "
         f"Where a cell is not above chance, the verdict says which true accuracy the test would have detected "
-        f"with {POWER:.0%} power at that number of questions at the strictest Holm level: a null result rules "
+        f"with {RULES.power:.0%} power at that number of questions at the strictest Holm level: a null result rules "
         "out only accuracies above it.")
     report.bullets([verdict(results, key, metric) for key in formulation_order(results.formulation)
                     for metric in metric_order(results[results.formulation == key].metric)])
@@ -243,7 +258,7 @@ def _results(report: Report, results: pd.DataFrame) -> None:
     table = results_table(results)
     report.section("Results")
     report.table(table, "Accuracy per formulation × metric × hops, with the Wilson 95% interval, chance, the one-sided "
-                 f"exact binomial p-value against chance and the true accuracy that test detects with {POWER:.0%} "
+                 f"exact binomial p-value against chance and the true accuracy that test detects with {RULES.power:.0%} "
                  "power at the cell's n.",
                  max_rows=max(len(table), 1))
     generated = results[results.metric == "exact_match"]

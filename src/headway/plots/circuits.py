@@ -14,7 +14,6 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from headway.errors import ConfigError
-from headway.tasks.sorting.modes import ModeThresholds
 
 _HEAD_COLOURS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
 
@@ -67,9 +66,9 @@ def plot_circuits(ov: Tensor | np.ndarray, qk: Tensor | np.ndarray, title: str) 
 
 
 def plot_diagonal_scores(scores: Tensor | np.ndarray, copies: Tensor | np.ndarray, suppresses: Tensor | np.ndarray,
-                         title: str, threshold: float = ModeThresholds().copy) -> Figure:
-    """Diagonal score of every number [H, V] as one line per head, with the ±threshold of copying and
-    suppressing dashed and the numbers each head copies (dots) or suppresses (crosses) marked."""
+                         title: str, threshold: float) -> Figure:
+    """Diagonal score of every number [H, V] as one line per head, with the ±`threshold` of copying and
+    suppressing (the sorting study's `copy` rule) dashed and the numbers each head copies (dots) or suppresses (crosses) marked."""
     scores, copies, suppresses = _array(scores), _array(copies).astype(bool), _array(suppresses).astype(bool)
     if scores.ndim != 2 or copies.shape != scores.shape or suppresses.shape != scores.shape:
         raise ConfigError(f"scores {scores.shape}, copies {copies.shape} and suppresses {suppresses.shape} "

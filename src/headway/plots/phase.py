@@ -34,7 +34,7 @@ from headway.plots.marks import (
     title_lines,
     unreachable_handle,
 )
-from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
+from headway.analysis.retrieval.reach import accuracy_ceiling, reachable_fraction
 
 _D_EQUALS_L = "D = L: cells below it have more hops than layers, beyond one hop per layer"
 _REACH_KEY = "reach p: share of link orders from which the information flow brings the answer to the query"

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headway.plots.marks import save_figure
-from headway.tasks.retrieval.probes import SITES
+from headway.analysis.retrieval.probes import SITES
 
 _MARKERS = {"query": "o", "link": "s"}
 

@@ -11,8 +11,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from headway.plots.style import OUTSIDE
-from headway.tasks.sorting.effects import GAP_BINS
-from headway.tasks.sorting.modes import MODES
+from headway.analysis.sorting.effects import GAP_BINS
+from headway.analysis.sorting.modes import MODES
 
 MODE_COLOURS = {"splitting": "#1b9e77", "copy_suppression": "#d95f02", "overlapping": "#7570b3", "other": "#bbbbbb"}
 

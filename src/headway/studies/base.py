@@ -12,12 +12,19 @@ Every threshold the study judges by lives in one frozen `Rules` object (`rules_c
 headway.studies.rules), handed to each step; the rules read during analysis are part of the cache's
 stamp. `verdicts` is a pure function of the summarised tables and the rules, so every claim check is
 unit-testable without training anything.
+
+The steps after the analysis live in the study's package, one module each, and `Study` calls them by
+name: `plan.study_plan(scale)`, `tables.summarise(data)`, `verdicts.verdicts(tables, rules)` and
+`report.write_outputs(data, tables, verdicts, out)`. They are imported when first called, so that
+`headway study NAME --help` loads neither torch nor the plots. A study whose LLC is also traced over
+training subclasses `TracingStudy`, which adds the trace, its cache stamp and the estimator's bias.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib
 import math
 import os
 import platform
@@ -26,7 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 from headway.compute import ComputeSettings
 from headway.errors import TimeLimitReached
@@ -42,9 +49,12 @@ if TYPE_CHECKING:  # torch and pandas load with the first training or analysis, 
     import pandas as pd
     import torch
 
+    from headway.analysis.llc import SGLDSettings
+
 DONE = "done.json"  # written next to an ensemble's analysis tables when they are complete
 RUNS = "runs"  # a study's trained ensembles, under its output folder
 ANALYSIS = "analysis"  # its cached per-ensemble analysis tables
+LLC_TRACE = "llc_trace"  # a `TracingStudy`'s saved trace checkpoints, in an ensemble's analysis folder
 
 
 def axis(help: str, option: str | None = None, words: dict[str, Any] | None = None,
@@ -99,7 +109,8 @@ class StudyData:
 
 
 class Study(ABC):
-    """One paper experiment end to end. Subclasses set the class attributes and implement the steps."""
+    """One paper experiment end to end. Subclasses set the class attributes and implement `analyse`; the
+    other steps are the study package's modules (see the module's docstring)."""
 
     name: ClassVar[str]  # `headway study NAME`
     summary: ClassVar[str]  # one line for --help
@@ -107,8 +118,7 @@ class Study(ABC):
     plan_class: ClassVar[type[Plan]]
     scales: ClassVar[tuple[str, ...]]  # named scales of `plan_for`; the first is the default
     run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
-    tables: ClassVar[tuple[str, ...]]  # the per-ensemble analysis tables, by name: `tuple(schemas)`
-    schemas: ClassVar[dict[str, TableSchema]]  # each table's columns, checked when written and when read back
+    schemas: ClassVar[dict[str, TableSchema]]  # each per-ensemble analysis table's columns, checked on write and read
     version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
     rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
 
@@ -129,33 +139,44 @@ class Study(ABC):
 
     # --- what a study defines -----------------------------------------------------------------
 
-    @classmethod
-    @abstractmethod
-    def plan_for(cls, scale: str) -> Plan:
-        """The plan of a named scale."""
-
     @abstractmethod
     def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
-        """Every table of `tables` for the ensemble at `run_dir` (its `runs`), rows tagged with run_id
+        """Every table of `schemas` for the ensemble at `run_dir` (its `runs`), rows tagged with run_id
         (see `tag`); artefacts other than tables may be written to `folder`."""
 
-    @abstractmethod
+    @classmethod
+    def step(cls, module: str, name: str) -> Callable[..., Any]:
+        """The function `name` of the study package's `module` (`plan`, `tables`, `verdicts`, `report`),
+        imported now: the package is the one holding the study's class."""
+        package = cls.__module__.rpartition(".")[0]
+        return getattr(importlib.import_module(f"{package}.{module}"), name)
+
+    @classmethod
+    def plan_for(cls, scale: str) -> Plan:
+        """The plan of a named scale: the package's `plan.study_plan(scale)`."""
+        return cls.step("plan", "study_plan")(scale)
+
     def summarise(self, data: StudyData) -> Any:
-        """The study's derived tables from the gathered data (what verdicts and the report read)."""
+        """The study's derived tables from the gathered data (what verdicts and the report read): the package's
+        `tables.summarise(data)`."""
+        return self.step("tables", "summarise")(data)
 
-    @staticmethod
-    @abstractmethod
-    def verdicts(tables: Any, rules: Rules) -> list[Verdict]:
-        """The verdict on each claim, computed from the summarised tables and the rules alone."""
+    @classmethod
+    def verdicts(cls, tables: Any, rules: Rules) -> list[Verdict]:
+        """The verdict on each claim, computed from the summarised tables and the rules alone: the package's
+        `verdicts.verdicts(tables, rules)`."""
+        return cls.step("verdicts", "verdicts")(tables, rules)
 
-    @abstractmethod
     def report(self, data: StudyData, tables: Any, verdicts: list[Verdict]) -> Path:
-        """Write the outputs (figures, tables, summary.json, report.html) into `out`; return the report."""
+        """Write the outputs (figures, tables, summary.json, report.html) into `out` and return the report: the
+        package's `report.write_outputs(data, tables, verdicts, out)`."""
+        return self.step("report", "write_outputs")(data, tables, verdicts, self.out)
 
-    def analysis_stamp(self, runs: list[RunConfig]) -> dict[str, Any]:
-        """What an ensemble's cached analysis depends on; a different stamp analyses it again."""
-        return {"runs": [run.run_id for run in runs], "version": self.version, "rules": self.rules.stamp("analysis"),
-                **self.precision_stamp()}
+    def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What an ensemble's cached analysis depends on (with `rules`, one of `Rules.stamps`, in place of
+        today's rules stamp); a different stamp analyses it again."""
+        return {"runs": [run.run_id for run in runs], "version": self.version,
+                "rules": self.rules.stamp("analysis") if rules is None else rules, **self.precision_stamp()}
 
     def precision_stamp(self) -> dict[str, str]:
         """An explicitly chosen precision, which LLC estimates depend on ({} for the default `auto`)."""
@@ -176,8 +197,6 @@ class Study(ABC):
     def gather(self) -> StudyData:
         """Train the plan's runs under `out/runs`, analyse every ensemble holding one of them (cached;
         both by the study's executor) and gather the tables of those runs."""
-        import pandas as pd
-
         from headway.runs.owner import claim, study_kind
         from headway.runs.store import load_runs
         from headway.train.sweep import train_runs
@@ -194,7 +213,7 @@ class Study(ABC):
         job_progress = self.progress and self.executor.jobs_show_progress
         jobs = [Job(d.name, analyse_ensemble, (self, d.resolve(), job_device, job_progress)) for d in ensembles]
         self.executor.run(jobs, "analysing", self.out, job_device, self.progress)
-        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.tables}
+        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.schemas}
         recorded = [0.0, 0.0]
         for run_dir in ensembles:
             tables = self.cached(run_dir)
@@ -204,8 +223,7 @@ class Study(ABC):
                 if len(frame):
                     parts[name].append(frame[frame.run_id.isin(wanted)])
             recorded = [a + b for a, b in zip(recorded, self._recorded_seconds(run_dir))]
-        gathered = {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-                    for name, frames in parts.items()}
+        gathered = joined(parts)
         seconds = {"training_s": trained - started, "analysis_s": time.perf_counter() - trained,
                    "training_recorded_s": recorded[0], "analysis_recorded_s": recorded[1]}
         return StudyData(self.plan, metrics, gathered, seconds, hardware_description(self.device, self.executor),
@@ -224,7 +242,7 @@ class Study(ABC):
         started = time.perf_counter()
         folder.mkdir(parents=True, exist_ok=True)
         tables = self.analyse(run_dir, runs, folder, device)
-        for name in self.tables:
+        for name in self.schemas:
             layout.write_table(folder / f"{name}.parquet", tables[name], self.schemas[name])
         seconds = round(time.perf_counter() - started, 2)
         layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
@@ -236,17 +254,18 @@ class Study(ABC):
 
         folder = self.out / ANALYSIS / run_dir.name
         done = folder / DONE
-        if not done.is_file() or not all((folder / f"{name}.parquet").is_file() for name in self.tables):
+        if not done.is_file() or not all((folder / f"{name}.parquet").is_file() for name in self.schemas):
             return False
         stamp = {k: v for k, v in layout.read_json(done).items() if k != "seconds"}
-        return stamp == self.analysis_stamp(load_runs(run_dir))
+        runs = load_runs(run_dir)
+        return any(stamp == self.analysis_stamp(runs, rules) for rules in self.rules.stamps("analysis"))
 
     def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:
         """The analysis tables of one ensemble from its cache, or None when absent or stale."""
         if not self.is_cached(run_dir):
             return None
         folder = self.out / ANALYSIS / run_dir.name
-        return {name: layout.read_table(folder / f"{name}.parquet", self.schemas[name]) for name in self.tables}
+        return {name: layout.read_table(folder / f"{name}.parquet", schema) for name, schema in self.schemas.items()}
 
     def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
         """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the
@@ -257,6 +276,16 @@ class Study(ABC):
             frame[column] = [self.tag_columns(runs[members[i]])[column] for i in frame.instance]
         frame["instance"] = [members[i] for i in frame.instance]
         return frame
+
+    def tagged_by_task(self, runs: list[RunConfig], analyse_members: Callable[[list[int]], dict[str, pd.DataFrame]]
+                       ) -> dict[str, list[pd.DataFrame]]:
+        """Each table's parts over the ensemble's groups of one task (`by_task`): `analyse_members(members)`
+        gives a group's tables (`instance` indexing `members`), which are tagged (`tag`)."""
+        parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.schemas}
+        for members in by_task(runs).values():
+            for name, frame in analyse_members(members).items():
+                parts[name].append(self.tag(frame, runs, members))
+        return parts
 
     def _recorded_seconds(self, run_dir: Path) -> tuple[float, float]:
         """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
@@ -272,6 +301,64 @@ def _seconds(path: Path, key: str) -> float:
     if not isinstance(value, int | float) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
         raise layout.damaged(path, f"{key} = {value!r}; headway writes a number of seconds there")
     return float(value)
+
+
+class TracedPlan(Protocol):
+    """What a `TracingStudy`'s plan holds: the SGLD settings, how many checkpoints to trace (None: every
+    saved one) and which runs to trace."""
+
+    sgld: SGLDSettings
+    llc_checkpoints: int | None
+
+    def development_runs(self) -> list[RunConfig]:
+        """The runs whose LLC is traced over training."""
+
+
+class TracingStudy(Study):
+    """A study that also traces the LLC over training of its plan's `development_runs()` (`llc_trace`) into
+    its `llc_curve` table, and allows for the estimator's bias beside those estimates: the package's
+    `tables.summarise(data, llc_bias)` takes it."""
+
+    plan: TracedPlan
+
+    def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The base stamp with the SGLD settings, the traced runs and the number of traced checkpoints: a trace
+        made otherwise is made again."""
+        return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.to_dict(), "development": self.traced(runs),
+                "llc_checkpoints": self.plan.llc_checkpoints}
+
+    def traced(self, runs: list[RunConfig]) -> list[str]:
+        """Ids of the runs of `runs` whose LLC is traced over training."""
+        return sorted({run.run_id for run in self.plan.development_runs()} & {run.run_id for run in runs})
+
+    def trace_llc(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device,
+                  weights: str = "all") -> pd.DataFrame:
+        """The `llc_curve` table of one ensemble: the LLC of its traced runs over training, for each weight group
+        of `weights`, saved checkpoint by checkpoint under `folder` (so a time limit stops it between checkpoints
+        and the next call continues it) and tagged like every other table."""
+        from headway.analysis.llc.trace import llc_trace
+
+        traced = [i for i, run in enumerate(runs) if run.run_id in self.traced(runs)]
+        return llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld, self.plan.llc_checkpoints, device,
+                         self.progress, self.schemas["llc_curve"], self.rules.llc_validity(), weights=weights,
+                         tag=lambda frame: self.tag(frame, runs, traced),
+                         stamp={"version": self.version, **self.precision_stamp()},
+                         precision=self.compute.precision, deadline=self.deadline)
+
+    def summarise(self, data: StudyData) -> Any:
+        """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD
+        settings when the LLC was traced (NaN when nothing was: no estimate to allow for)."""
+        from headway.analysis.llc.trace import estimator_bias
+
+        traced = len(data.tables["llc_curve"]) > 0
+        return self.step("tables", "summarise")(data, estimator_bias(self.plan.sgld) if traced else math.nan)
+
+
+def joined(parts: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    """Each table's parts as one frame (an empty frame where it has none)."""
+    import pandas as pd
+
+    return {name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame() for name, frames in parts.items()}
 
 
 def by_task(runs: list[RunConfig]) -> dict[str, list[int]]:

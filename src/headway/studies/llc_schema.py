@@ -1,5 +1,5 @@
 """The columns of an LLC table, declared once for the studies that estimate it (sorting, modular): an estimate
-per instance, and a trace of estimates over training (`headway.studies.llc_trace`)."""
+per instance, and a trace of estimates over training (`headway.analysis.llc.trace`)."""
 
 from __future__ import annotations
 

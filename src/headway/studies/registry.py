@@ -20,7 +20,7 @@ def _check_study(cls: type[Study], others: dict[str, type[Study]]) -> None:
 
 
 STUDIES: Registry[type[Study]] = Registry("study", Study, "headway.studies", "headway.studies",
-                                          required=("summary", "plan_class", "scales", "tables", "version"),
+                                          required=("summary", "plan_class", "scales", "schemas", "version"),
                                           check=_check_study)
 register_study = STUDIES.register
 study_class = STUDIES.get

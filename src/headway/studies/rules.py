@@ -25,15 +25,17 @@ STAGES = ("analysis", "summary")  # when a rule is read: while analysing a model
 
 
 def rule(default: Any, reason: str, sweep: tuple = (), stage: str = "summary", low: float | None = None,
-         high: float | None = None) -> Any:
+         high: float | None = None, was: Any = None) -> Any:
     """A Rules field: its default, a one-line reason, the values a sensitivity sweep tries (empty: not
-    swept), when it is read (`stage`, one of STAGES) and the closed range [low, high] it must lie in."""
+    swept), when it is read (`stage`, one of STAGES) and the closed range [low, high] it must lie in. `was`:
+    for an analysis rule that was a fixed value of the code before it became a rule, that value: an analysis
+    cache stamped before then was computed with it, so it stays valid while the rule holds that value."""
     if stage not in STAGES:
         raise ConfigError(f"rule stage {stage!r} is unknown; choose one of {', '.join(STAGES)}")
     if not reason:
         raise ConfigError("a rule needs its reason")
     return field(default=default, metadata={"reason": reason, "sweep": tuple(sweep), "stage": stage,
-                                            "low": low, "high": high})
+                                            "low": low, "high": high, "was": was})
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,16 @@ class Rules(Settings):
         that computes a sensitivity sweep depends on those too): what a cached analysis depends on."""
         return {f.name: [getattr(self, f.name), list(f.metadata["sweep"])] if f.metadata["sweep"]
                 else getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"] == stage}
+
+    def stamps(self, stage: str = "analysis") -> list[dict[str, Any]]:
+        """Every stamp a cache computed under these rules may carry: today's (`stamp`), and the one written
+        before the rules that were fixed values of the code (`rule(was=...)`) became rules, when each holds
+        the value it had then."""
+        now = self.stamp(stage)
+        kept = {f.name for f in dataclasses.fields(self)
+                if f.metadata["was"] is None or getattr(self, f.name) != f.metadata["was"]}
+        older = {name: value for name, value in now.items() if name in kept}
+        return [now] if older == now else [now, older]
 
     def sweeps(self) -> dict[str, tuple]:
         """Rule name → the values its sensitivity sweep tries (swept rules only), in field order."""

@@ -25,6 +25,12 @@ never generalised, a pair of layers without a control), the declaration says so 
 (`nullable`); a column older tables may lack is declared `optional`; a column computed from others (`solved`
 from the accuracy) is `derived` from them, and reading it checks them.
 
+**Each study declares its claims once**, in one registry (`registry` of `StudyClaim`s: a stable short id
+such as "depth-law", the checked test function, and from it the statement, the test in words and the
+tables it reads). The study's findings (`registered_findings`), its verdicts, the threshold-sensitivity
+sweep (`headway.studies.sensitivity`) and the report's callouts all iterate over that registry, so no
+claim is listed by hand twice.
+
 The report opens with the verdicts (`verdict_callouts`) and states the rules in a Methods section
 (`methods_section`).
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 import functools
 import inspect
 import math
@@ -50,14 +57,16 @@ from headway.report.html import Report
 from headway.studies.rules import Rules
 
 STATUSES = ("reproduced", "not reproduced", "not testable")
+CLAIM_ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")  # a claim's id: lowercase words joined by hyphens
 # Callout colour per status: green when a claim holds, orange when it does not, blue otherwise.
 _KIND = {"reproduced": "ok", "not reproduced": "warning"}
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """One claim judged by a study: the claim, its status (one of STATUSES), the evidence, and the test's
-    p-value, the family-wise level it was judged at and the power it had (None where not computed)."""
+    """One claim judged by a study: the claim, its status (one of STATUSES), the evidence, the test's
+    p-value, the family-wise level it was judged at and the power it had (None where not computed), and the
+    claim's id in its study's registry ("" for a finding made outside one)."""
 
     claim: str
     status: str
@@ -65,6 +74,7 @@ class Verdict:
     p_value: float | None = None
     alpha: float | None = None
     power: float | None = None
+    id: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -73,7 +83,7 @@ class Verdict:
             raise ConfigError("a verdict needs both a claim and its evidence")
 
     def to_dict(self) -> dict[str, object]:
-        """{"claim", "status", "evidence", "p_value", "alpha", "power"}, as summary.json stores it."""
+        """{"claim", "status", "evidence", "p_value", "alpha", "power", "id"}, as summary.json stores it."""
         return dataclasses.asdict(self)
 
 
@@ -85,7 +95,7 @@ class Finding:
     detect. `p_value` is the test's one-sided p (NaN or None when it could not be computed); `power(level)` the
     probability that the test rejects at `level` when the stated effect holds; `evidence` the numbers
     (statistic, intervals, per-cell detail); `untestable` why the claim cannot be tested here ("" when it
-    can)."""
+    can); `id` the claim's id in its study's registry (set by `StudyClaim.finding`)."""
 
     claim: str
     test: str
@@ -93,6 +103,7 @@ class Finding:
     p_value: float | None = math.nan
     power: Callable[[float], float | None] = lambda level: math.nan
     untestable: str = ""
+    id: str = ""
 
     @classmethod
     def not_testable(cls, claim: str, test: str, why: str, evidence: str = "") -> Finding:
@@ -107,7 +118,7 @@ def _probability(value: object) -> float:
     return float(value) if 0.0 <= value <= 1.0 else math.nan
 
 
-def _untestable_why(finding: Finding) -> str:
+def untestable_why(finding: Finding) -> str:
     """Why `finding` cannot be judged ("" when it can): its own reason, or a p-value missing or no probability."""
     if finding.untestable:
         return finding.untestable
@@ -125,16 +136,17 @@ def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
     A finding whose p-value is missing (None or NaN) or no probability is not testable; a power that is
     missing or no probability is unknown, so a null result refutes nothing."""
     given = [f for f in findings if f is not None]
-    testable = [f for f in given if not _untestable_why(f)]
+    testable = [f for f in given if not untestable_why(f)]
     rejected = dict(zip(map(id, testable), holm([float(f.p_value) for f in testable], rules.alpha)))
     level = rules.alpha / max(1, len(testable))
     verdicts = []
     for finding in given:
         rule = f"Test, fixed in advance: {finding.test}."
-        why = _untestable_why(finding)
+        why = untestable_why(finding)
         if why:
             verdicts.append(Verdict(finding.claim, "not testable",
-                                    f"{rule} Not testable: {why}." + (f" {finding.evidence}" if finding.evidence else "")))
+                                    f"{rule} Not testable: {why}." + (f" {finding.evidence}" if finding.evidence else ""),
+                                    id=finding.id))
             continue
         power = _probability(finding.power(level))
         judged = (f"p = {finding.p_value:.3g}, judged with Holm's correction over {len(testable)} testable claim(s) "
@@ -149,7 +161,7 @@ def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
             tail = (f"{judged}: not rejected, but the design's power {shown} is below {rules.power:g}, so the null "
                     "result refutes nothing.")
         verdicts.append(Verdict(finding.claim, status, f"{rule} {finding.evidence} {tail}", float(finding.p_value),
-                                rules.alpha, None if math.isnan(power) else power))
+                                rules.alpha, None if math.isnan(power) else power, finding.id))
     return verdicts
 
 
@@ -378,7 +390,11 @@ def checked_claim(statement: str | Callable[[Any], str], test: Callable[[Any], s
     """Declare a claim's test function: its statement (text, or a function of the rules), its test in words (a
     function of the rules) and, per table argument, what it reads (`reads`). The function takes a `rules`
     argument and, by keyword, `claim` (a `Claim`); callers pass the rest. Each table reaches it as a
-    `CheckedFrame`, and a missing input it reads makes the claim not testable with the reason."""
+    `CheckedFrame`, and a missing input it reads makes the claim not testable with the reason. The function
+    keeps what it reads (`reads`) and its claim under given rules (`describe(rules)`), which a registry reads."""
+    def describe(rules: Any) -> Claim:
+        return Claim(statement(rules) if callable(statement) else statement, test(rules))
+
     def decorate(function: Callable[..., Finding | None]) -> Callable[..., Finding | None]:
         signature = inspect.signature(function)
         unknown = sorted(set(tables) - set(signature.parameters))
@@ -391,8 +407,7 @@ def checked_claim(statement: str | Callable[[Any], str], test: Callable[[Any], s
         def judged(*args: Any, **kwargs: Any) -> Finding | None:
             bound = outer.bind(*args, **kwargs)
             bound.apply_defaults()
-            rules = bound.arguments["rules"]
-            claim = Claim(statement(rules) if callable(statement) else statement, test(rules))
+            claim = describe(bound.arguments["rules"])
             try:
                 given = {name: checked(value, f"the {name} table", tables[name]) if name in tables else value
                          for name, value in bound.arguments.items()}
@@ -402,17 +417,81 @@ def checked_claim(statement: str | Callable[[Any], str], test: Callable[[Any], s
 
         judged.__signature__ = outer  # type: ignore[attr-defined]
         judged.reads = dict(tables)  # type: ignore[attr-defined]
+        judged.describe = describe  # type: ignore[attr-defined]
         return judged
 
     return decorate
 
 
-def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str) -> Report:
-    """Add a "Claims checked" section to `report`: `intro`, then one callout per verdict."""
+# --- a study's registry of claims ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StudyClaim:
+    """One claim of a study's registry: its stable short `id` ("depth-law": lowercase words joined by
+    hyphens, what reports, docs and the sensitivity table key it by) and its `test`, a `checked_claim`
+    function whose arguments besides `rules` are attributes of the study's tables (`tables`). `held`: the
+    threshold-sensitivity sweep keeps this claim's finding at the study's rules and tables, because its
+    tables are too costly to derive again at every swept value (a simulated power); it is still judged in
+    the study's family there."""
+
+    id: str
+    test: Callable[..., Finding | None]
+    held: bool = False
+
+    def __post_init__(self) -> None:
+        if not CLAIM_ID.fullmatch(self.id):
+            raise ValueError(f"claim id {self.id!r} must be lowercase words joined by hyphens, e.g. 'depth-law'")
+        if not hasattr(self.test, "describe"):
+            raise ValueError(f"claim {self.id}: its test must be declared with checked_claim")
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The attributes of the study's tables the test reads, in its argument order."""
+        return tuple(name for name in inspect.signature(self.test).parameters if name != "rules")
+
+    @property
+    def reads(self) -> dict[str, Reads]:
+        """The columns the test declares it reads, per table."""
+        return self.test.reads  # type: ignore[attr-defined]
+
+    def statement(self, rules: Rules) -> str:
+        """The claim's statement under `rules` (a template over them for some claims)."""
+        return self.test.describe(rules).statement  # type: ignore[attr-defined]
+
+    def finding(self, tables: Any, rules: Rules) -> Finding | None:
+        """The claim's finding from the study's `tables` under `rules`, tagged with its id (None: the grid did
+        not train the experiment the claim is about)."""
+        found = self.test(**{name: getattr(tables, name) for name in self.tables}, rules=rules)
+        return None if found is None else dataclasses.replace(found, id=self.id)
+
+
+def registry(*claims: StudyClaim) -> tuple[StudyClaim, ...]:
+    """A study's claims in report order, each id once."""
+    ids = [claim.id for claim in claims]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"claim id(s) {', '.join(repeated)} registered more than once")
+    return claims
+
+
+def registered_findings(claims: Sequence[StudyClaim], tables: Any, rules: Rules) -> list[Finding]:
+    """The finding of every registered claim, in registry order; a claim whose experiment was not trained
+    (None) is left out."""
+    found = (claim.finding(tables, rules) for claim in claims)
+    return [finding for finding in found if finding is not None]
+
+
+def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str,
+                     sweeps: Mapping[str, str] | None = None) -> Report:
+    """Add a "Claims checked" section to `report`: `intro`, then one callout per verdict, naming the claim's
+    id and ending with what its threshold sweep shows (`sweeps`: claim id → sentence, where there is one)."""
     report.section("Claims checked")
     report.paragraph(intro)
     for verdict in verdicts:
-        report.callout(f"**{verdict.claim}** — {verdict.status}. {verdict.evidence}", _KIND.get(verdict.status, "note"))
+        named = f"**{verdict.claim}** [{verdict.id}]" if verdict.id else f"**{verdict.claim}**"
+        swept = (sweeps or {}).get(verdict.id, "")
+        report.callout(f"{named} — {verdict.status}. {verdict.evidence}" + (f" {swept}" if swept else ""),
+                       _KIND.get(verdict.status, "note"))
     return report
 
 

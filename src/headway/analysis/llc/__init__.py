@@ -12,7 +12,7 @@ One module per job, as devinterp splits its sampler:
 - `memory`: how many instances run at once, measured or capped, with the numbers of one batch;
 - `diagnostics`: readable warnings on the chains (diverging, climbing, disagreeing, low acceptance);
 - `estimate`: `estimate_llc` → `LLCResult`, and `anchor_loss` (L(w*) and its standard error);
-- `validity`: the sampler checks that make an estimate invalid (chains out of the basin);
+- `validity`: the sampler checks that make an estimate invalid and their limits (`ValidityLimits`);
 - `known_answers`: models whose learning coefficient is known, and the estimator's bias on them.
 
 Any other `nn.Module` is sampled the same way as a headway ensemble: its chains become rows of a
@@ -28,8 +28,8 @@ from typing import Any
 # Each name and the module of the package that defines it; a name loads its module on first use, so a study
 # plan can read `SGLDSettings` without importing torch (what `headway study NAME --help` needs).
 _EXPORTS = {
-    **dict.fromkeys(("BATCH_MEANS", "DISAGREE_FRACTION", "DISAGREE_NOISE_FACTOR", "DIVERGE_FACTOR", "MIN_ACCEPTANCE",
-                     "MIN_DRAWS_FOR_TREND", "TREND_FRACTION", "TREND_SIGMAS"), "diagnostics"),
+    **dict.fromkeys(("BATCH_MEANS", "DISAGREE_FRACTION", "DISAGREE_NOISE_FACTOR", "MIN_ACCEPTANCE",
+                     "MIN_DRAWS_FOR_TREND"), "diagnostics"),
     **dict.fromkeys(("LLCResult", "anchor_loss", "estimate_llc"), "estimate"),
     **dict.fromkeys(("SuiteBias", "suite_bias"), "known_answers"),
     **dict.fromkeys(("WEIGHT_GROUPS", "head_mask", "parameter_mask", "weight_masks"), "masks"),
@@ -37,7 +37,7 @@ _EXPORTS = {
     **dict.fromkeys(("is_ensemble", "layout_of", "replicate"), "replication"),
     **dict.fromkeys(("MalaScore", "PoolSampler", "sgld_step"), "sampler"),
     **dict.fromkeys(("LossFn", "SGLDSettings", "default_nbeta"), "settings"),
-    "invalid_reasons": "validity",
+    **dict.fromkeys(("ValidityLimits", "invalid_reasons"), "validity"),
 }
 __all__ = sorted(_EXPORTS)
 

@@ -8,7 +8,7 @@ chains' spread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -21,8 +21,8 @@ from headway.analysis.llc.prepare import checked_loss, prepared
 from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
-from headway.analysis.llc.validity import basin_fraction, invalid_reasons
-from headway.analysis.module_ensemble import ModuleLossFn, module_mode
+from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
+from headway.analysis.llc.module_ensemble import ModuleLossFn, module_mode
 from headway.errors import ConfigError
 from headway.execution.allocator import keep_freed_memory
 
@@ -42,6 +42,7 @@ class LLCResult:
     llc_se: np.ndarray  # [E] standard error of llc_mean: √(llc_std²/finite chains + (nβ·init_loss_se)²)
     acceptance: np.ndarray  # [E] mean MALA acceptance of the SGLD steps after burn-in, over finite chains
     chance_loss: np.ndarray | None = None  # [E] loss of a uniform guess (NaN: not given); None is read as all NaN
+    validity: ValidityLimits = field(default_factory=ValidityLimits)  # the limits `invalid` and the warnings applied
 
     def __post_init__(self) -> None:
         if self.chance_loss is None:
@@ -66,7 +67,8 @@ class LLCResult:
     def to_frame(self) -> pd.DataFrame:
         """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
         draw_loss, chance_loss, basin_fraction, llc_chain{c}, n_warnings, warnings (that instance's
-        diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`)."""
+        diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`
+        at the result's `validity` limits)."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
                               "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
@@ -77,7 +79,7 @@ class LLCResult:
         own = [self.instance_warnings(i) for i in range(e)]
         frame["n_warnings"] = [len(messages) for messages in own]
         frame["warnings"] = ["; ".join(messages) for messages in own]
-        frame["invalid"] = invalid_reasons(frame)
+        frame["invalid"] = invalid_reasons(frame, self.validity)
         return frame
 
 
@@ -85,7 +87,8 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
                  settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
                  desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
                  precision: str = "fp32", max_rows: int | None = None,
-                 chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None) -> LLCResult:
+                 chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None,
+                 validity: ValidityLimits = ValidityLimits()) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
 
@@ -113,17 +116,19 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     sampled at once (default: what the device is measured to hold, `instance_groups`): the instances
     then run in groups, all chains of each together, with the numbers of one batch. `chance_loss` (a float
     or one per instance) is the loss of a uniform guess on this pool; given, the diagnostics and
-    `LLCResult.to_frame().invalid` say when the chains left the basin of w* for it (`validity.BASIN_FRACTION`).
+    `LLCResult.to_frame().invalid` say when the chains left the basin of w* for it. `validity` holds the limits
+    by which the diagnostics and `invalid` judge the chains (`validity.ValidityLimits`; by default the
+    estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`).
     """
     with module_mode(model, train_mode, settings.seed):
         return _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
-                         max_rows, chance_loss)
+                         max_rows, chance_loss, validity)
 
 
 def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
               settings: SGLDSettings, mask: Tensor | None, progress: bool, desc: str,
               init_loss: tuple[np.ndarray, np.ndarray] | None, precision: str, max_rows: int | None,
-              chance_loss: float | np.ndarray | None) -> LLCResult:
+              chance_loss: float | np.ndarray | None, validity: ValidityLimits) -> LLCResult:
     """`estimate_llc` with the model in its sampling mode."""
     model, loss_fn, tokens, targets, trainable = prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
@@ -149,8 +154,10 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
     used = replace(settings, nbeta=nbeta)
     chance = np.broadcast_to(np.asarray(np.nan if chance_loss is None else chance_loss, dtype=float), (e,)).copy()
     basin = basin_fraction(init, init + mean / nbeta, chance)
-    messages = diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, basin, used)
-    return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance, chance)
+    messages = diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, basin, used,
+                        validity)
+    return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance, chance,
+                     validity)
 
 
 def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,

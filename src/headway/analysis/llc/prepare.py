@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from headway.analysis.llc.masks import parameter_mask
 from headway.analysis.llc.replication import is_ensemble
 from headway.analysis.llc.settings import LossFn, SGLDSettings
-from headway.analysis.module_ensemble import ModuleEnsemble, ModuleLossFn, devinterp_loss, ensemble_loss
+from headway.analysis.llc.module_ensemble import ModuleEnsemble, ModuleLossFn, devinterp_loss, ensemble_loss
 from headway.compute import ComputeSettings, at_precision
 from headway.errors import ConfigError
 

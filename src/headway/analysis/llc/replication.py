@@ -8,7 +8,7 @@ import copy
 import torch
 from torch import nn
 
-from headway.analysis.module_ensemble import ModuleEnsemble, plain_layout
+from headway.analysis.llc.module_ensemble import ModuleEnsemble, plain_layout
 from headway.model.flat import FlatLayout, FlatParameters
 from headway.settings import check_int
 

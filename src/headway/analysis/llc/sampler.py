@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from headway.analysis.llc.prepare import checked_loss
 from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.settings import LossFn, SGLDSettings
-from headway.analysis.module_ensemble import error_line
+from headway.analysis.llc.module_ensemble import error_line
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
 from headway.progress import tracked

@@ -1,33 +1,73 @@
 """When an LLC estimate is no estimate: the checks that make a λ̂ invalid, each a named limit with its
-reason, read from `LLCResult.to_frame()` rows or LLC trace rows (`headway.studies.llc_trace`).
+reason, read from `LLCResult.to_frame()` rows or LLC trace rows (`headway.analysis.llc.trace`).
 
 λ̂ describes the basin of w*: the chains must settle there, stay there, and move by steps fine enough
 for the posterior they sample. An estimate is invalid when λ̂ ≤ 0 or undefined (w* is no local
 minimum), when no standard error was recorded, when a chain went non-finite or diverged, when the
-chains left the basin (`BASIN_FRACTION`), when their draw losses were still climbing (the
+chains left the basin (`ValidityLimits.basin_fraction`), when their draw losses were still climbing (the
 diagnostic `_climbing` of `headway.analysis.llc.diagnostics`), or when the mean MALA acceptance is
-below `MIN_VALID_ACCEPTANCE`.
+below `ValidityLimits.min_acceptance`.
+
+The two limits are one frozen `ValidityLimits`, defined here once with the values measured on the
+known-answer suite; a study carries them as rules (`headway.studies.llc_rules.LLCRules`, each with its
+reason and sweep) and passes its own to every function that decides validity, so a limit changed in the
+study is the limit applied (and, as the trace stores `invalid`, part of the analysis stamp).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-# Chains whose mean draw loss went this share of the way from L(w*) to the loss of a uniform guess sample the
-# loss landscape at large, not the basin λ̂ describes (on the known-answer suite, right estimates reach 0.23,
-# on rank-1 teachers that beat the zero map by only 0.5 nats; the modular study's chains at chance reach ~1).
-BASIN_FRACTION = 0.5
-# Mean MALA acceptance (minibatch energy, as devinterp scores it) below which the step is too coarse: with nβ
-# times the batch-to-batch noise of the loss worth nats, the score of a sampler whose λ̂ is right sits near 0.5
-# (0.52-0.61 on the known-answer suite at the default settings), so devinterp's 0.9 cannot be the line; on the
-# suite it fell below 0.4 only where λ̂ was ≥ 29% off (ε 10× the default). No upper limit: a high acceptance
-# means a fine step, which costs time but not accuracy.
-MIN_VALID_ACCEPTANCE = 0.4
+
+@dataclass(frozen=True)
+class ValidityLimits:
+    """The limits beyond which the sampler's own measurements make λ̂ no estimate: the two `invalid_reasons`
+    applies to a row's numbers, and the three after which a diagnostic of `INVALID_WARNINGS` (a diverging or
+    still-climbing chain) fires. The defaults are the estimator's own (the first two measured on the
+    known-answer suite, `headway.analysis.llc.known_answers`)."""
+
+    # Chains whose mean draw loss went this share of the way from L(w*) to the loss of a uniform guess sample the
+    # loss landscape at large, not the basin λ̂ describes (on the known-answer suite, right estimates reach 0.23,
+    # on rank-1 teachers that beat the zero map by only 0.5 nats; the modular study's chains at chance reach ~1).
+    basin_fraction: float = 0.5
+    # Mean MALA acceptance (minibatch energy, as devinterp scores it) below which the step is too coarse: with nβ
+    # times the batch-to-batch noise of the loss worth nats, the score of a sampler whose λ̂ is right sits near 0.5
+    # (0.52-0.61 on the known-answer suite at the default settings), so devinterp's 0.9 cannot be the line; on the
+    # suite it fell below 0.4 only where λ̂ was ≥ 29% off (ε 10× the default). No upper limit: a high acceptance
+    # means a fine step, which costs time but not accuracy.
+    min_acceptance: float = 0.4
+    # A chain diverges (`diagnostics._diverging`, which `INVALID_WARNINGS` reads) when the mean rise
+    # (loss − init_loss) of its last quarter of draws exceeds diverge_factor × (a reference rise + the std of its
+    # own first-half draws). The reference is the smaller positive one of its own whole-trace mean rise and the
+    # median over the instance's chains of theirs. A settled chain's last quarter stays near both; an exploding
+    # chain's last quarter dominates its own mean (and the others' when it explodes alone).
+    diverge_factor: float = 3.0
+    # An instance's chains are still climbing (`diagnostics._climbing`) when, averaged over chains, the fourth
+    # quarter's mean loss exceeds the third quarter's by more than trend_fraction × the mean rise AND by more than
+    # trend_sigmas standard errors of that difference across chains (chains are independent, so their spread
+    # measures the noise whatever the autocorrelation within a chain).
+    trend_fraction: float = 0.1
+    trend_sigmas: float = 4.0
+
+    def to_dict(self) -> dict[str, float]:
+        """The limits by name, for a cache stamp (`headway.analysis.llc.trace.llc_trace`)."""
+        return dataclasses.asdict(self)
+
+
 # Diagnostics (`headway.analysis.llc.diagnostics` warnings, by a phrase they contain) after which λ̂ is no
 # estimate, and the reason given for each.
 INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went non-finite",
                     "still climbing": "draw losses still climbing: the chains had not settled"}
+
+
+# The limits every trace and estimate stamped before they became settings was judged by (they were fixed values of
+# the code): a stored LLC trace without them in its stamp is still valid while the limits hold these values.
+BEFORE_SETTINGS = {"basin_fraction": 0.5, "min_acceptance": 0.4, "diverge_factor": 3.0, "trend_fraction": 0.1,
+                   "trend_sigmas": 4.0}
 
 
 def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np.ndarray) -> np.ndarray:
@@ -39,11 +79,11 @@ def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np
         return np.where(gap > 0, (draw - init) / gap, np.nan)
 
 
-def invalid_reasons(rows: pd.DataFrame) -> pd.Series:
+def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per row, why its λ̂ is invalid ("" when it is valid), the first that applies of: λ̂ ≤ 0 or undefined
     (undefined because every chain broke: that diagnostic's reason), no standard error, a diagnostic of
-    `INVALID_WARNINGS`, chains out of the basin, MALA acceptance below
-    `MIN_VALID_ACCEPTANCE`. Rows need llc_mean; a row without llc_se has no standard error, and the checks
+    `INVALID_WARNINGS`, chains out of the basin (`limits.basin_fraction`), MALA acceptance below
+    `limits.min_acceptance`. Rows need llc_mean; a row without llc_se has no standard error, and the checks
     whose columns (warnings, basin_fraction, acceptance) are absent are skipped, as for trace rows written
     before they existed."""
     def reason(row) -> str:
@@ -59,12 +99,12 @@ def invalid_reasons(rows: pd.DataFrame) -> pd.Series:
         if fired:
             return fired
         fraction = getattr(row, "basin_fraction", np.nan)
-        if np.isfinite(fraction) and fraction >= BASIN_FRACTION:
-            return (f"chains left the basin: their draws gave back ≥ {BASIN_FRACTION:.0%} of what w* gains over a "
-                    "uniform guess")
+        if np.isfinite(fraction) and fraction >= limits.basin_fraction:
+            return (f"chains left the basin: their draws gave back ≥ {limits.basin_fraction:.0%} of what w* gains "
+                    "over a uniform guess")
         acceptance = getattr(row, "acceptance", np.nan)
-        if np.isfinite(acceptance) and acceptance < MIN_VALID_ACCEPTANCE:
-            return f"MALA acceptance below {MIN_VALID_ACCEPTANCE:g}: the SGLD step is too coarse"
+        if np.isfinite(acceptance) and acceptance < limits.min_acceptance:
+            return f"MALA acceptance below {limits.min_acceptance:g}: the SGLD step is too coarse"
         return ""
 
     if rows.empty:

@@ -13,7 +13,7 @@ import torch
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
-from headway.tasks.modular.fourier import (
+from headway.analysis.modular.fourier import (
     effective_frequencies,
     embedding_spectrum,
     frequencies,

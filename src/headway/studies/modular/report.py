@@ -18,8 +18,10 @@ from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
 from headway.studies.modular.rules import ModularRules
-from headway.studies.modular.tables import ModularTables, grokking_counts, grokking_sensitivity, run_title, summary_json
-from headway.studies.modular.verdicts import verdict_sensitivity
+from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
+                                            summary_json, tables_at)
+from headway.studies.modular.verdicts import CLAIMS
+from headway.studies.sensitivity import flips, status_table, sweep_texts, threshold_sensitivity
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
 
 RUN_COLUMNS = ["train_fraction", "weight_decay", "seed", "train_accuracy", "val_accuracy", "memorised_step",
@@ -40,23 +42,26 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
     report = Report("Grokking modular addition",
                     f"headway study modular · scale `{data.plan.scale}` · {len(tables.runs)} trained transformers")
     rules: ModularRules = data.rules
+    sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(data, tables, changed))
     verdict_callouts(report, verdicts, "Each claim about grokking checked by this study: the test fixed in advance "
                      "(its null or control and the effect it must detect), the numbers behind it, its p-value, the "
                      f"family-wise level α = {rules.alpha:g} (Holm's correction over the claims) and its power. A claim "
-                     "that does not hold at this scale is shown as such; one the design cannot decide is not testable.")
-    report.table(pd.DataFrame([{"claim": f"{i + 1}. {v.claim}", "status": v.status, "p": v.p_value, "α": v.alpha,
-                                "power": v.power} for i, v in enumerate(verdicts)]),
+                     "that does not hold at this scale is shown as such; one the design cannot decide is not testable.",
+                     sweep_texts(sensitivity, verdicts))
+    report.table(pd.DataFrame([{"id": v.id, "claim": v.claim, "status": v.status, "p": v.p_value, "α": v.alpha,
+                                "power": v.power} for v in verdicts]),
                  "The verdicts: one-sided p, family-wise α and the design's power at the stated effect (– where the "
                  "claim could not be tested).", float_format="{:.3g}")
     _overview(report, data, tables)
     _grokking_section(report, tables, rules, figures)
     _fourier_section(report, tables, rules, figures)
     _development_section(report, data, tables, figures)
-    _sensitivity_section(report, data, tables)
+    _sensitivity_section(report, sensitivity)
     _methods_section(report, data)
     methods_section(report, rules)
     report.section("All runs").table(tables.runs[["run_id", *RUN_COLUMNS]], "Per run: accuracies, steps, Fourier measures.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts, sensitivity),
+                      checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 
@@ -152,11 +157,14 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
             section.callout("SGLD diagnostics: " + " | ".join(said_once(traced.warnings)), "warning")
 
 
-def _sensitivity_section(report: Report, data: StudyData, tables: ModularTables) -> None:
+def _sensitivity_section(report: Report, sensitivity: pd.DataFrame) -> None:
     section = report.section("Sensitivity to the rules")
     section.paragraph("Each swept rule moved over its sweep values, the others at their values: the status of every "
-                      "claim (numbered as in the verdict table). A verdict that flips within a sweep rests on that rule.")
-    section.table(verdict_sensitivity(data, tables), "Claim statuses as each rule moves.", float_format="{:g}")
+                      "claim, by its id (as in the verdict table). A verdict that flips within a sweep rests on that "
+                      "rule.")
+    changes = flips(sensitivity)
+    section.bullets(changes if changes else ["No verdict changes anywhere in its sweep."])
+    section.table(status_table(sensitivity), "Claim statuses as each rule moves.", float_format="{:g}")
 
 
 def _methods_section(report: Report, data: StudyData) -> None:

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headway.studies.rules import Rules, rule
-from headway.tasks.modular.fourier import COVERAGE
+from headway.studies.llc_rules import LLCRules
+from headway.studies.rules import rule
 
 
 @dataclass(frozen=True)
-class ModularRules(Rules):
+class ModularRules(LLCRules):
     """The modular study's rules: what counts as memorised, generalised and grokked, the per-run properties
-    of a grokked model, and each claim's null and stated effect (the effect its test must detect)."""
+    of a grokked model, and each claim's null and stated effect (the effect its test must detect); the LLC
+    validity limits are `LLCRules`'."""
 
-    coverage: float = rule(COVERAGE, "key frequencies: the fewest holding this share of the embedding's norm "
-                                     "(grokked CPU models hold ~93% on 3, untrained ones need 23 of 29)",
+    coverage: float = rule(0.8, "key frequencies: the fewest holding this share of the embedding's norm "
+                                "(grokked CPU models hold ~93% on 3, untrained ones need 23 of 29)",
                            stage="analysis", low=0.0, high=1.0)
     memorised: float = rule(0.99, "training-set accuracy a run first reaches at its memorisation step",
                             low=0.0, high=1.0)

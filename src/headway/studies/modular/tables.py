@@ -1,10 +1,12 @@
 """Study-level tables of the modular-addition study (`summarise`): one row per run with its
 memorisation and grokking steps and Fourier measures, the spectra, each traced run's development and
-LLC rise and fall, and the machine-readable summary. Every threshold comes from the study's rules
+LLC rise and fall, the tables under other rules for the threshold sensitivity (`tables_at`), and the
+machine-readable summary. Every threshold comes from the study's rules
 (`ModularRules`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +52,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
             .sort_values(["train_fraction", "weight_decay", "seed"], ascending=[True, False, True], ignore_index=True))
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
-    traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_significant, llc_bias)
+    traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
+                           llc_bias)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
                          development=traced, llc=llc_table(traced, runs),
@@ -112,9 +115,17 @@ def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: plain_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
 
-def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]) -> dict[str, Any]:
+def tables_at(data: StudyData, tables: ModularTables, rules: ModularRules) -> ModularTables:
+    """The study's tables summarised again under `rules` (the study's with a swept rule moved), with the same
+    estimator bias: for the threshold sensitivity (`headway.studies.sensitivity`)."""
+    return summarise(dataclasses.replace(data, rules=rules), tables.llc_bias)
+
+
+def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict],
+                 sensitivity: pd.DataFrame) -> dict[str, Any]:
     """Machine-readable results: the grid, the rules, per-run steps and Fourier measures, grokking counts
-    and delays, developments and LLC falls (with the estimator's bias), verdicts (with p, α, power), timings."""
+    and delays, developments and LLC falls (with the estimator's bias), verdicts (with p, α, power), the
+    threshold sensitivity (`headway.studies.sensitivity`), timings."""
     plan = data.plan
     return {
         "study": "modular", "scale": plan.scale, "runs": len(tables.runs),
@@ -128,6 +139,7 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
         "llc_bias": plain_value(tables.llc_bias),
         "sgld": plan.sgld.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],
+        "threshold_sensitivity": records(sensitivity),
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
         "hardware": data.hardware,
         "ensembles": data.ensembles,

@@ -14,12 +14,12 @@ alone. Each claim is a test fixed before the data (docs/study-modular.md, "Verdi
 
 `judge` then corrects over the claims (Holm) and refutes only with power (headway.studies.verdict). Each
 claim declares the columns it reads (`checked_claim`): a missing value in one of them makes it not testable,
-except where it is data (a run that never memorised or generalised, a bias not measured).
+except where it is data (a run that never memorised or generalised, a bias not measured). Each is registered
+once, with its id, in `CLAIMS`; its statement is a template over the rules, so the id is what names it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
@@ -36,31 +36,15 @@ from headway.analysis.statistics import (
     wilson_interval,
     z_score,
 )
-from headway.studies.base import StudyData
 from headway.studies.modular.rules import ModularRules
-from headway.studies.modular.tables import ModularTables, summarise
-from headway.studies.verdict import Claim, Finding, Verdict, checked_claim, intersection_union, judge, reads
+from headway.studies.modular.tables import ModularTables
+from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, checked_claim, intersection_union, judge,
+                                     reads, registered_findings, registry)
 
 
 def verdicts(tables: ModularTables, rules: ModularRules) -> list[Verdict]:
-    """Every claim judged together, in report order."""
-    runs = tables.runs
-    return judge([groks_with_decay(runs, rules), decay_is_needed(runs, rules), fourier_sparsity(runs, rules),
-                  logits_from_keys(runs, rules), llc_falls_at_grokking(tables.llc, rules)], rules)
-
-
-def verdict_sensitivity(data: StudyData, tables: ModularTables) -> pd.DataFrame:
-    """The status of every claim as each swept rule moves over its sweep (the others at their values): which
-    verdicts a threshold decides. One row per rule and value; a column per claim, in report order."""
-    rules = data.rules
-    rows = []
-    for name, values in rules.sweeps().items():
-        for value in values:
-            changed = rules.changed(**{name: value})
-            again = summarise(dataclasses.replace(data, rules=changed), tables.llc_bias)
-            found = verdicts(again, changed)
-            rows.append({"rule": name, "value": value, **{f"claim {i + 1}": v.status for i, v in enumerate(found)}})
-    return pd.DataFrame(rows)
+    """Every registered claim judged together, in report order (`CLAIMS`)."""
+    return judge(registered_findings(CLAIMS, tables, rules), rules)
 
 
 def share_finding(claim: Claim, holds: pd.Series, rules: ModularRules, evidence: str) -> Finding:
@@ -298,3 +282,8 @@ def _llc_rows(llc: pd.DataFrame) -> str:
     return "; ".join(f"seed {r.seed} wd {r.weight_decay:g} ({'grokked' if r.grokked else 'not grokked'}): "
                      + (r.invalid or f"falls {r.fall:.0%} ± {r.fall_se:.0%}") for r in llc.itertuples())
 
+
+# The study's claims, in report order.
+CLAIMS = registry(StudyClaim("groks", groks_with_decay), StudyClaim("decay-needed", decay_is_needed),
+                  StudyClaim("fourier-sparse", fourier_sparsity), StudyClaim("logits-from-keys", logits_from_keys),
+                  StudyClaim("llc-falls", llc_falls_at_grokking))

@@ -15,16 +15,16 @@ from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.studies.retrieval.rules import RetrievalRules
-from headway.tasks.retrieval.composition import composition_check
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention, head_effects
+from headway.analysis.retrieval.composition import composition_check
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
-from headway.tasks.retrieval.faithfulness import circuit_check
-from headway.tasks.retrieval.paths import path_patching
-from headway.tasks.retrieval.roles import attention_roles, name_circuit
-from headway.tasks.retrieval.sensitivity import circuit_sensitivity
-from headway.tasks.retrieval.task import generate
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.faithfulness import circuit_check
+from headway.analysis.retrieval.paths import path_patching
+from headway.analysis.retrieval.roles import attention_roles, name_circuit
+from headway.analysis.retrieval.sensitivity import circuit_sensitivity
+from headway.tasks.retrieval.generator import generate
 
 ANALYSIS_SEED = 20_240_601  # the examples analysed; fixed so every model is judged on the same questions
 EXAMPLES = 1024  # examples every model is analysed on
@@ -36,7 +36,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
     """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition) for
     the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
-    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, random sets, their sweeps)."""
+    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random sets, their
+    sweeps)."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
@@ -51,7 +52,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     paths = path_patching(heads, intervention)
     sweeps = rules.sweeps()
     sensitivity = circuit_sensitivity(effects, intervention, sweeps["role_score"], sweeps["circuit_drop"])
-    composition = composition_check(scores, intervention, uniform_link_mass(smap, causal))
+    composition = composition_check(scores, intervention, uniform_link_mass(smap, causal), rules.read_level)
     probed = generate(task, max(examples, probe_examples(model_cfg.d_model, task.vocab)),
                       np.random.default_rng(ANALYSIS_SEED))
     probes = depth_probes(model, task, probed, map_statements(task, probed))

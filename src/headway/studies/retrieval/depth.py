@@ -1,7 +1,7 @@
 """The depth law: final accuracy over layers × hops, next to the depth bound that applies.
 
 Theorem 1's bound ⌈log₃(2D)⌉ assumes information can flow both ways along a chain. Under a causal
-mask, or with flat statements, fewer link orders let it through (`headway.tasks.retrieval.reach`),
+mask, or with flat statements, fewer link orders let it through (`headway.analysis.retrieval.reach`),
 so the bound a cell is judged against is the fewest layers whose accuracy ceiling reaches the solved
 threshold for its attention, order and layout; `theorem_bound` keeps Theorem 1's value beside it.
 `masked_fraction` is the expected share of link targets a cell's runs left out of the loss as
@@ -14,9 +14,9 @@ import dataclasses
 import pandas as pd
 
 from headway.runs.store import final_metrics
-from headway.tasks.retrieval.reach import min_layers_reaching
-from headway.tasks.retrieval.reachable_targets import masked_fraction
-from headway.tasks.retrieval.task import RetrievalConfig
+from headway.analysis.retrieval.reach import min_layers_reaching
+from headway.analysis.retrieval.reach import masked_fraction
+from headway.tasks.retrieval.config import RetrievalConfig
 from headway.tasks.retrieval.theory import min_layers
 
 _FLOW = ("attention", "order", "layout")  # what decides which link orders the information flow gets through

@@ -17,9 +17,10 @@ from headway.plots.phase import plot_order_supervision_contrast
 from headway.runs.store import checkpoint_steps, load_model, load_runs
 from headway.studies.retrieval.analyse import ANALYSIS_SEED
 from headway.studies.retrieval.tables import ic_cells
-from headway.tasks.retrieval.heads import statement_patterns
+from headway.analysis.retrieval.heads import statement_patterns
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.task import RetrievalConfig, generate
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import generate
 
 
 def pick_example(final: pd.DataFrame, part: str) -> pd.Series | None:

@@ -19,14 +19,14 @@ import pandas as pd
 from headway.studies.retrieval.rules import FORMULATION
 from headway.runs import layout
 from headway.runs.store import load_model, load_runs
-from headway.tasks.retrieval.composition import composition_check
-from headway.tasks.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import MECHANISM_COLUMNS, MECHANISMS, MechanismRule, mechanism_table
+from headway.analysis.retrieval.composition import composition_check
+from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import MECHANISM_COLUMNS, MECHANISMS, MechanismRule, mechanism_table
 from headway.tasks.retrieval.positions import map_statements
-from headway.tasks.retrieval.probes import depth_probes, probe_examples
-from headway.tasks.retrieval.reach import accuracy_ceiling, reachable_fraction
-from headway.tasks.retrieval.task import generate
+from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.reach import accuracy_ceiling, reachable_fraction
+from headway.tasks.retrieval.generator import generate
 
 
 def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, composition: pd.DataFrame,
@@ -37,14 +37,15 @@ def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFram
     if plain.empty or probes.empty:
         return pd.DataFrame(columns=["run_id", *MECHANISM_COLUMNS])
     models = plain[["run_id", "layers", "hops", "solved", "val_accuracy"]].rename(columns={"val_accuracy": "accuracy"})
-    return mechanism_table(probes, heads, models, composition, rule=rule)
+    return mechanism_table(probes, heads, models, rule, composition)
 
 
-def mechanism_evidence(sweep: Path | str, run_ids: set[str], examples: int = 1024,
+def mechanism_evidence(sweep: Path | str, run_ids: set[str], read_level: float, examples: int = 1024,
                        seed: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Depth probes (on at least `probe_examples` examples), head scores and the composition check (each with
-    `run_id`) of the plain retrieval runs `run_ids` trained under `sweep`: what `run_mechanisms` needs,
-    without the study's full circuit analysis (for a quick sweep such as `headway demo`)."""
+    `run_id`) of the plain retrieval runs `run_ids` trained under `sweep`, the composing heads read at
+    `read_level` (`RetrievalRules.read_level`): what `run_mechanisms` needs, without the study's full circuit
+    analysis (for a quick sweep such as `headway demo`)."""
     probes, heads, checks = [], [], []
     for run_dir in layout.ensemble_dirs(Path(sweep)):
         runs = load_runs(run_dir)
@@ -61,7 +62,7 @@ def mechanism_evidence(sweep: Path | str, run_ids: set[str], examples: int = 102
             scores = head_scores(statement_patterns(model, task, batch.tokens), task, smap, causal)
             heads.append(scores.assign(run_id=run.run_id))
             checks.append(composition_check(scores, HeadIntervention(model, task, batch, smap),
-                                            uniform_link_mass(smap, causal)).assign(run_id=run.run_id))
+                                            uniform_link_mass(smap, causal), read_level).assign(run_id=run.run_id))
     if not probes:
         return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
     return tuple(pd.concat(frames, ignore_index=True) for frames in (probes, heads, checks))

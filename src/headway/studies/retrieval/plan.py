@@ -16,7 +16,7 @@ from headway.model.config import ATTENTION_KINDS
 from headway.runs.config import RunConfig, expand_grid
 from headway.studies.base import Plan, axis
 from headway.tasks.registry import scale_settings
-from headway.tasks.retrieval.task import CURRICULA, LAYOUTS, LINK_SUPERVISIONS, ORDERS, SUPERVISIONS, RetrievalConfig
+from headway.tasks.retrieval.config import CURRICULA, LAYOUTS, LINK_SUPERVISIONS, ORDERS, SUPERVISIONS, RetrievalConfig
 from headway.tasks.retrieval.theory import min_layers
 
 STUDY_SCALES = ("cpu", "gpu", "paper")

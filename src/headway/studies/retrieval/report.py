@@ -17,12 +17,12 @@ from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import contrast_figure, emergence_figures, example_figures, pick_example
 from headway.studies.retrieval.phase import cheapest_compositional
 from headway.studies.retrieval.rules import FORMULATION, RetrievalRules
-from headway.studies.retrieval.sensitivity import flips
-from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json
-from headway.studies.retrieval.verdicts import query_reach
+from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json, tables_at
+from headway.studies.retrieval.verdicts import CLAIMS, query_reach
+from headway.studies.sensitivity import flips, sweep_texts, threshold_sensitivity
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
-from headway.tasks.retrieval.mechanism import composing_heads
-from headway.tasks.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
+from headway.analysis.retrieval.mechanism import composing_heads
+from headway.analysis.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
 
 
 def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], out: Path) -> Path:
@@ -38,11 +38,12 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
     rules = data.rules
+    sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(data, tables, changed))
     verdict_callouts(report, verdicts, "Each claim of the paper, tested as fixed in advance (Methods): reproduced "
                      f"when its test rejects its null at the family-wise level α = {rules.alpha:g} (Holm's correction "
                      "over the testable claims), not reproduced when it does not and the design had power ≥ "
                      f"{rules.power:g} to detect the stated effect, not testable otherwise. A claim that does not hold "
-                     "at this scale is shown as such; it is a result, not an error.")
+                     "at this scale is shown as such; it is a result, not an error.", sweep_texts(sensitivity, verdicts))
     report.table(pd.DataFrame([v.to_dict() for v in verdicts]).drop(columns=["evidence"], errors="ignore"),
                  "Each claim's one-sided p-value, the family-wise level it was judged at and the power its design "
                  "had to detect the stated effect (at the strictest Holm level).", float_format="{:.3g}")
@@ -54,10 +55,11 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _emergence_section(report, tables, figures, rules)
     _probe_section(report, tables, figures, rules)
     _conditional_section(report, tables.minimal)
-    _sensitivity_section(report, tables.sensitivity)
+    _sensitivity_section(report, sensitivity)
     _methods_section(report, rules)
     report.section("All runs").table(tables.results, "Per run: final accuracy, circuit, probe reach, emergence order.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts, sensitivity),
+                      checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 
@@ -164,7 +166,7 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         report.paragraph("No trained model was classified compositional, so there is no compositional circuit to show.")
         return
     heads = tables.heads
-    composing = composing_heads(heads[heads.run_id == run.run_id], run.layers)
+    composing = composing_heads(heads[heads.run_id == run.run_id], run.layers, data.rules.read_level)
     maps, diagram = example_figures(runs_dir, run, heads, figures, tag="compositional", also=composing)
     name = f"D = {run.hops} with {run.layers} layers ({', '.join(f'{c} {run[c]}' for c in FORMULATION)}, seed {run.seed})"
     report.paragraph(
@@ -302,13 +304,16 @@ def _sensitivity_section(report: Report, sensitivity: pd.DataFrame) -> None:
         return
     report.section("Threshold sensitivity")
     report.paragraph(
-        "Every verdict that rests on a rule, recomputed (with the study-wide correction) at each value of the "
-        "rule's sweep, the other rules at the study's values (marked default). The rules were fixed before the "
-        "study from chance levels and the task's structure (Methods), not tuned on its models. The circuit-naming "
-        "rules rename the circuit, whose random-set null is measured at the study's values only.")
+        "Every claim judged again (with the study-wide correction) at each value of each rule's sweep, the other "
+        "rules at the study's values (marked default); claims are named by their id. The rules were fixed before "
+        "the study from chance levels and the task's structure (Methods), not tuned on its models. The "
+        "circuit-naming rules rename the circuit, whose random-set null is measured at the study's values only, so "
+        "the circuit claim is not testable away from them. The table shows each claim over the rules it rests on "
+        "(its test, evidence or p changes in their sweep); summary.json holds every claim at every value.")
     changes = flips(sensitivity)
     report.bullets(changes if changes else ["No verdict changes anywhere in its sweep."])
-    report.table(sensitivity, "Verdict status, p-value and power per rule value.", float_format="{:.3g}")
+    report.table(sensitivity[sensitivity.rests].drop(columns="rests"), "Verdict status, p-value and power per rule "
+                 "value, and why a claim is not testable there.", float_format="{:.3g}")
 
 
 def _methods_section(report: Report, rules: RetrievalRules) -> None:

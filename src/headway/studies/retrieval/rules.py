@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from headway.studies.rules import Rules, rule
-from headway.tasks.retrieval.mechanism import ADEQUACY_GAP, CAUSAL_MARGIN, MechanismRule
-from headway.tasks.retrieval.roles import MIN_DROP, THRESHOLD
+from headway.analysis.retrieval.mechanism import MechanismRule
 
 FORMULATION = ("supervision", "attention", "order", "layout")  # what one panel of the depth phase diagram holds fixed
 
@@ -21,15 +20,20 @@ class RetrievalRules(Rules):
     model was analysed."""
 
     # --- read while analysing a model (part of the analysis cache's stamp) ---
-    role_score: float = rule(THRESHOLD, "attention score a head needs for a role: 4× or more the share uniform "
-                                        "attention gives one statement of a CPU-scale example (0.06–0.11)",
+    role_score: float = rule(0.4, "attention score a head needs for a role: 4× or more the share uniform "
+                                  "attention gives one statement of a CPU-scale example (0.06–0.11)",
                              sweep=(0.3, 0.4, 0.5, 0.6), stage="analysis", low=0.0, high=1.0)
-    circuit_drop: float = rule(MIN_DROP, "accuracy a head, or its role group, must cost when mean-ablated to enter "
-                                         "the circuit", sweep=(0.02, 0.05, 0.1, 0.2), stage="analysis",
+    circuit_drop: float = rule(0.05, "accuracy a head, or its role group, must cost when mean-ablated to enter "
+                                     "the circuit", sweep=(0.02, 0.05, 0.1, 0.2), stage="analysis",
                                low=0.0, high=1.0)
     sufficient_faithfulness: float = rule(0.8, "faithfulness a circuit kept alone needs to count as sufficient (and "
                                                "that its minimal subset keeps), as in circuit-discovery work",
                                           sweep=(0.6, 0.8, 0.9), stage="analysis", low=0.0, high=1.0)
+    read_level: float = rule(0.3, "attention from links to a chain neighbour, averaged over visible pairs, at which a "
+                                  "head before the last layer reads it and composes (the heads the composition check "
+                                  "ablates): far above a uniform head's share on a 4-chain CPU-scale example (1/13 at "
+                                  "most), below a sharp head's ~1", stage="analysis", low=0.0, high=1.0,
+                             was=0.3)  # mechanism.READ_LEVEL before it was a rule
     random_sets: int = rule(49, "random head sets of the circuit's size per model, the null of sufficiency (the "
                                 "smallest p is 1/50, at 2 × 49 forwards per ensemble)", stage="analysis", low=1)
 
@@ -57,12 +61,14 @@ class RetrievalRules(Rules):
                                  low=0.0, high=1.0)
     reach_accuracy: float = rule(0.9, "held-out probe accuracy at which a hop counts as decoded (probe reach and "
                                       "the mechanism classes)", sweep=(0.8, 0.9, 0.95), low=0.0, high=1.0)
-    probe_gap: float = rule(ADEQUACY_GAP, "a solved model is not classifiable when its final-layer query probe for hop "
-                                          "D reads the answer more than this below the model's own accuracy: the "
-                                          "probes are too weak for it", sweep=(0.05, 0.1, 0.2), low=0.0, high=1.0)
-    composition_margin: float = rule(CAUSAL_MARGIN, "accuracy that mean-ablating the link-composing heads at links "
-                                                    "must cost beyond ablating as many other heads of their layers "
-                                                    "before a model counts as compositional",
+    probe_gap: float = rule(0.1, "a solved model is not classifiable when its final-layer query probe for hop D reads "
+                                 "the answer more than this below the model's own accuracy: a probe that loses more "
+                                 "than a tenth of what the read-out gets from the same residual stream is too weak "
+                                 "to rest a 'no' on", sweep=(0.05, 0.1, 0.2), low=0.0, high=1.0)
+    composition_margin: float = rule(0.2, "accuracy that mean-ablating the link-composing heads at links must cost "
+                                          "beyond ablating as many other heads of their layers before a model counts "
+                                          "as compositional: a fifth of the answers, about 13 standard errors of an "
+                                          "accuracy on 1024 examples, far below the ~0.8 a model that needs them loses",
                                      sweep=(0.1, 0.2, 0.3), low=0.0, high=1.0)
     chance_solve_rate: float = rule(0.05, "share of runs a model without the claimed mechanism (one hop per layer, "
                                           "no conditional look-up) would count as solved; its accuracy ceiling is "
@@ -96,8 +102,9 @@ class RetrievalRules(Rules):
                                                "retrieval is learned", low=0.0, high=1.0)
 
     def mechanism_rule(self) -> MechanismRule:
-        """The mechanism classifier's thresholds under these rules (`tasks.retrieval.mechanism`)."""
-        return MechanismRule(decode=self.reach_accuracy, gap=self.probe_gap, margin=self.composition_margin)
+        """The mechanism classifier's thresholds under these rules (`headway.analysis.retrieval.mechanism`)."""
+        return MechanismRule(decode=self.reach_accuracy, level=self.read_level, gap=self.probe_gap,
+                             margin=self.composition_margin)
 
 
 def carries_answer(table: pd.DataFrame, rules: RetrievalRules) -> pd.Series:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from headway.runs.schema import TableSchema
 
-# Attention scores of a head (`headway.tasks.retrieval.heads`): one per hop of the query, the conditional
+# Attention scores of a head (`headway.analysis.retrieval.heads`): one per hop of the query, the conditional
 # variant's two more.
 _SCORES = {"query_hop{n}": "float", "query_chain": "float", "link_next": "float", "link_prev": "float",
            "query_class": "float", "query_rule": "float"}
@@ -35,9 +35,12 @@ SCHEMAS = {
         "circuit_ablated_accuracy": "float", "rest_ablated_accuracy": "float", "max_other_head_drop": "float",
         **_TAGS}),
     "head_curves": TableSchema.of({"step": "int", **_HEAD, **_SCORES, **_TAGS}, optional=_CONDITIONAL),
+    # `passed`: accuracy ≥ 0.9, written by analyses before the reach threshold became the reader's rule
+    # (`reach_accuracy`); read by nothing, declared so those tables still load
     "probes": TableSchema.of({
         "instance": "int", "layer": "int", "site": "str", "hops": "int", "accuracy": "float", "samples": "int",
-        "train_accuracy": "float", "train_samples": "int", "passed": "bool", "chance": "float", **_TAGS}),
+        "train_accuracy": "float", "train_samples": "int", "passed": "bool", "chance": "float", **_TAGS},
+        optional=("passed",)),
     "composition": TableSchema.of({
         "instance": "int", "clean_accuracy": "float", "composing_heads": "str", "composing_drop": "float",
         "control_sets": "int", "control_drop": "float", "uniform_next": "float", "uniform_prev": "float",

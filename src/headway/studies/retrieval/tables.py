@@ -1,6 +1,7 @@
 """Study-level tables from the trained runs and their analyses (`summarise`): final accuracies, the
 depth law, the per-run mechanism and results tables, emergence units and their consistency, probe
-reach; and the machine-readable summary (numbers kept, never hidden when a claim fails)."""
+reach; the tables under other rules, for the threshold sensitivity (`tables_at`); and the machine-readable
+summary (numbers kept, never hidden when a claim fails)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from headway.studies.retrieval.depth import depth_table, measured_min_layers
 from headway.studies.retrieval.factors import factor_table
 from headway.studies.retrieval.phase import phase_table, run_mechanisms
 from headway.studies.retrieval.rules import RetrievalRules, carries_answer
-from headway.studies.retrieval.sensitivity import verdict_sensitivity
 from headway.studies.verdict import Verdict
-from headway.tasks.retrieval.probes import probe_reach
-from headway.tasks.retrieval.roles import role_columns
+from headway.analysis.retrieval.faithfulness import faithfulness
+from headway.analysis.retrieval.probes import probe_reach
+from headway.analysis.retrieval.roles import role_columns
 
 FACETS = ("part", "curriculum", "layout", "attention", "order", "supervision")
 CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy", "circuit_resample_accuracy", "rest_ablated_accuracy",
@@ -33,8 +34,14 @@ CIRCUIT_COLUMNS = ("clean_accuracy", "circuit_heads", "circuit_ablated_accuracy"
                    "p_sufficient", "random_minimal_rest_accuracy", "p_minimal_sufficient")
 # The rules the summarised tables read; the other summary rules are read by the verdicts alone, so a
 # sensitivity sweep of those judges the same tables again.
-TABLE_RULES = ("solved_accuracy", "reach_accuracy", "probe_gap", "composition_margin", "emergence_fraction",
-               "emergence_rise")
+TABLE_RULES = ("solved_accuracy", "reach_accuracy", "read_level", "probe_gap", "composition_margin",
+               "emergence_fraction", "emergence_rise")
+# Rules of the circuit's naming: the analysis names the circuit at every value of their sweep (its
+# circuit_sensitivity table) but measures the random-set null at the study's values only.
+NAMING_RULES = ("role_score", "circuit_drop")
+# What the circuit_sensitivity table measures of a renamed circuit; its other circuit columns are not measured.
+RENAMED = ("circuit_heads", "circuit_ablated_accuracy", "rest_ablated_accuracy", "max_other_head_drop")
+MODEL_COLUMNS = ("clean_accuracy", "all_ablated_accuracy", "random_sets")  # of the model, whatever its circuit
 
 
 @dataclass
@@ -46,7 +53,6 @@ class RetrievalTables:
     minimal: pd.DataFrame  # measured minimum depth per facet × hops
     mechanism: pd.DataFrame  # per run: circuit, ablations, faithfulness, random-set null, whether it carries the answer
     paths: pd.DataFrame  # path patching between consecutive circuit layers, per run and channel
-    sensitivity: pd.DataFrame  # each verdict that rests on a rule, recomputed over the rule's sweep
     reach: pd.DataFrame  # probe reach per run, site and layer
     curves: pd.DataFrame  # role scores of the circuit groups over checkpoints
     hops: pd.DataFrame  # per-hop validation accuracy over training
@@ -61,21 +67,48 @@ class RetrievalTables:
 
 
 def summarise(data: StudyData) -> RetrievalTables:
-    """The study's tables from the gathered metrics and analysis tables, by `data.rules`, with every
-    verdict recomputed over each rule's sweep (`sensitivity.verdict_sensitivity`)."""
-    rules = data.rules
-    tables = derive(data, rules)
+    """The study's tables from the gathered metrics and analysis tables, by `data.rules`."""
+    return derive(data, data.rules)
 
-    def tables_at(changed: RetrievalRules) -> RetrievalTables:
-        moved = any(getattr(changed, name) != getattr(rules, name) for name in TABLE_RULES)
-        return derive(data, changed) if moved else tables
 
-    sensitivity = verdict_sensitivity(tables, rules, tables_at, data.tables["circuit_sensitivity"])
-    return dataclasses.replace(tables, sensitivity=sensitivity)
+def tables_at(data: StudyData, tables: RetrievalTables, rules: RetrievalRules) -> RetrievalTables | None:
+    """The study's `tables` as `rules` (the study's with a swept rule moved) give them, for the threshold
+    sensitivity (`headway.studies.sensitivity`): derived again where a rule the tables read moved (TABLE_RULES);
+    with the circuit a naming rule's value names where one of NAMING_RULES moved (`renamed_mechanism`; None
+    when the analysis named none); the same tables otherwise (a rule the verdicts alone read)."""
+    def moved(names: tuple[str, ...]) -> bool:
+        return any(getattr(rules, name) != getattr(data.rules, name) for name in names)
+
+    if moved(TABLE_RULES):
+        return derive(data, rules)
+    if moved(NAMING_RULES):
+        renamed = renamed_mechanism(tables.mechanism, data.tables["circuit_sensitivity"], rules)
+        return None if renamed is None else dataclasses.replace(tables, mechanism=renamed)
+    return tables
+
+
+def renamed_mechanism(mechanism: pd.DataFrame, circuits: pd.DataFrame, rules: RetrievalRules) -> pd.DataFrame | None:
+    """The mechanism table with the circuit `rules`' naming rules name in each run (the analysis'
+    circuit_sensitivity table): its size, ablations and faithfulness; the measures taken of the study's circuit
+    only (its random-set null, resampling, minimal subset, roles) are missing, so no run's circuit can beat
+    its null there. None when the analysis named no circuit at these values."""
+    named = circuits[(circuits.role_threshold == rules.role_score) & (circuits.min_drop == rules.circuit_drop)] \
+        if len(circuits) else circuits
+    if named.empty:
+        return None
+    circuit = [c for c in (*CIRCUIT_COLUMNS, *RENAMED, "circuit_roles", "circuit_carries_answer") if c not in MODEL_COLUMNS]
+    table = mechanism.drop(columns=circuit, errors="ignore").merge(named[["run_id", *RENAMED]], on="run_id")
+    table["faithfulness"] = faithfulness(table.rest_ablated_accuracy.to_numpy(), table.clean_accuracy.to_numpy(),
+                                         table.all_ablated_accuracy.to_numpy())
+    for column in (*CIRCUIT_COLUMNS, "circuit_roles"):
+        if column not in table.columns:
+            table[column] = math.nan
+    table["circuit_carries_answer"] = carries_answer(table, rules)
+    return table[list(mechanism.columns)]
 
 
 def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
-    """Every table but the sensitivity sweep, by `rules` (of which it reads TABLE_RULES)."""
+    """Every table, by `rules` (of which it reads TABLE_RULES)."""
     metrics = data.metrics.assign(part=np.where(data.metrics.conditional.astype(bool), "conditional", "plain"))
     final = final_runs(metrics, rules.solved_accuracy)
     heads, circuit = data.tables["heads"], data.tables["circuit"]
@@ -93,7 +126,7 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
     mechanism_class = run_mechanisms(final, data.tables["probes"], heads, data.tables["composition"],
                                      rules.mechanism_rule())
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
-                           sensitivity=pd.DataFrame(), reach=reach, curves=curves, hops=hops,
+                           reach=reach, curves=curves, hops=hops,
                            emergence=emergence_summary(curves, cells, **emerge),
                            hop_emergence=emergence_summary(hops, cells, expected=hop_order, **emerge),
                            results=results_table(mechanism, reach, curves, mechanism_class, **emerge), heads=heads,
@@ -232,9 +265,10 @@ def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataF
     return table
 
 
-def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict]) -> dict[str, Any]:
+def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict],
+                 sensitivity: pd.DataFrame) -> dict[str, Any]:
     """The machine-readable summary: settings, hardware, timings, the rules, the verdicts (each with its p-value,
-    level and power) and the tables that back them."""
+    level and power), the tables that back them and the threshold sensitivity (`headway.studies.sensitivity`)."""
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
@@ -244,7 +278,7 @@ def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdic
         "verdicts": [v.to_dict() for v in verdicts], "minimum_depth": records(tables.minimal),
         "mechanism": records(tables.mechanism.drop(columns=["run_id"])),
         "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),
-        "threshold_sensitivity": records(tables.sensitivity),
+        "threshold_sensitivity": records(sensitivity),
         "emergence": records(tables.emergence), "hop_emergence": records(tables.hop_emergence),
         "probe_reach": records(tables.reach), "phase": records(tables.phase), "factors": records(tables.factors),
     }

@@ -2,7 +2,8 @@
 `Finding`: its null or control, test and stated effect), computed from the study's tables and rules
 alone and judged together by `headway.studies.verdict.judge` (Holm over the study's testable claims;
 no refutation without power). Each claim declares the columns it reads (`checked_claim`), so a missing value
-in one of them makes it not testable. docs/study-retrieval.md, "Verdicts", gives each design and its reasons."""
+in one of them makes it not testable, and is registered once, with its id, in `CLAIMS`.
+docs/study-retrieval.md, "Verdicts", gives each design and its reasons."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ from headway.analysis.statistics import (
 )
 from headway.studies.retrieval.rules import FORMULATION, RetrievalRules, carries_answer
 from headway.studies.retrieval.significance import null_pass_rate, random_set_reach
-from headway.studies.verdict import Claim, Finding, Verdict, checked_claim, intersection_union, judge, reads
+from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, checked_claim, intersection_union, judge,
+                                     reads, registered_findings, registry)
 
-if TYPE_CHECKING:  # tables imports the sensitivity sweep, which imports these verdicts
+if TYPE_CHECKING:  # the tables module loads the analysis behind the phase diagram; the verdicts read only fields
     from headway.studies.retrieval.tables import RetrievalTables
 
 VARIANTS = ("layout", "attention", "order", "supervision")
@@ -44,15 +46,9 @@ def verdicts(tables: RetrievalTables, rules: RetrievalRules) -> list[Verdict]:
 
 
 def findings(tables: RetrievalTables, rules: RetrievalRules) -> list[Finding]:
-    """Each claim's test, in report order: depth law, curriculum, circuit, emergence order of heads and of
-    hops, stacked heads reading each other, probe reach, composition, conditional retrieval. A claim whose
-    experiment the grid did not train (no answer-only or no conditional runs) is left out."""
-    found = (depth_law(tables.minimal, tables.final, rules), curriculum_contrast(tables.final, tables.depth, rules),
-             circuit_carries_answer(tables.mechanism, rules), heads_emerge_in_order(tables.emergence, rules),
-             hops_learned_in_order(tables.hop_emergence, rules), stacked_heads_compose(tables.paths, rules),
-             reach_beyond_one_hop_per_layer(tables.final, tables.reach, rules),
-             layers_solve_more_hops(tables.phase, rules), conditional_learned(tables.final, rules))
-    return [finding for finding in found if finding is not None]
+    """Each registered claim's test, in report order (`CLAIMS`). A claim whose experiment the grid did not
+    train (no answer-only or no conditional runs) is left out."""
+    return registered_findings(CLAIMS, tables, rules)
 
 
 def rate(k: int, n: int) -> str:
@@ -468,3 +464,12 @@ def conditional_learned(final: pd.DataFrame, rules: RetrievalRules, *, claim: Cl
     return binomial_finding(claim, "Runs solved", int(runs.solved.sum()), len(runs), rules.chance_solve_rate,
                             rules.effect_conditional_runs, evidence)
 
+
+# The study's claims, in report order: depth law, curriculum, circuit, emergence order of heads and of hops,
+# stacked heads reading each other, probe reach, composition, conditional retrieval.
+CLAIMS = registry(StudyClaim("depth-law", depth_law), StudyClaim("curriculum", curriculum_contrast),
+                  StudyClaim("circuit", circuit_carries_answer), StudyClaim("heads-order", heads_emerge_in_order),
+                  StudyClaim("hops-order", hops_learned_in_order), StudyClaim("stacked-heads", stacked_heads_compose),
+                  StudyClaim("reach", reach_beyond_one_hop_per_layer),
+                  StudyClaim("composition", layers_solve_more_hops),
+                  StudyClaim("conditional", conditional_learned))

@@ -17,17 +17,16 @@ from headway.runs.checkpoints import (TensorSpec, checkpoint_steps, load_checkpo
                                       tensor_spec)
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
-from headway.studies.llc_trace import training_pool
-from headway.tasks.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
-from headway.tasks.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
+from headway.analysis.llc.trace import training_pool
+from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
+from headway.analysis.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
 from headway.model.transformer import EnsembleTransformer
 from headway.studies.sorting.rules import SortingRules
-from headway.tasks.sorting.modes import ModeThresholds, classify_modes, diagonal_scores, threshold_sweep
+from headway.analysis.sorting.modes import ModeThresholds, classify_modes, diagonal_scores, threshold_sweep
 from headway.tasks.sorting.task import SortingConfig, generate
 from headway.train.objective import run_loss
 
 CIRCUITS = "circuits.safetensors"
-LLC_TRACE = "llc_trace"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
 
 
@@ -75,7 +74,7 @@ def untrained_scores(run: RunConfig, instances: int, examples: int = 64, chunk: 
     return torch.cat(scores)
 
 
-def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds = ModeThresholds()):
+def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: ModeThresholds):
     """OV, QK, diagonal scores and the mode table (at `thresholds`) of every instance of `model`."""
     scale = measure_readout_scale(model, tokens, task)
     ov, qk = ov_circuits(model, task, scale), qk_circuits(model, task)
@@ -87,7 +86,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                     precision: str = "fp32") -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
     """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
     of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits; the modes follow
-    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at `precision` (`headway.compute`)."""
+    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at `precision` (`headway.compute`)
+    and judged valid or not by the rules' LLC validity limits (`LLCRules.llc_validity`)."""
     thresholds = rules.mode_thresholds()
     run = runs[members[0]]
     task = run.task
@@ -105,7 +105,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     dla = direct_logit_attribution(model, batch, task)
     pool_tokens, pool_targets = training_pool(run, e, device)
     result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, sgld, progress=progress,
-                          desc=f"LLC {label}", precision=precision)
+                          desc=f"LLC {label}", precision=precision, validity=rules.llc_validity())
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):

@@ -23,16 +23,18 @@ from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_level, run_test
 from headway.studies.sorting.rules import SortingRules
-from headway.studies.sorting.tables import SortingTables, run_title, summary_json
-from headway.studies.sorting.verdicts import share_text, threshold_sensitivity, training_text
+from headway.studies.sorting.tables import SortingTables, run_title, summary_json, tables_at
+from headway.studies.sorting.verdicts import CLAIMS, share_text, training_text
+from headway.studies.sensitivity import status_table, sweep_texts, threshold_sensitivity
 from headway.studies.verdict import Verdict, methods_section, verdict_callouts
-from headway.tasks.sorting.modes import copy_sets
+from headway.analysis.sorting.modes import copy_sets
 
 
 def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict], out: Path) -> Path:
     """Every output of the study into `out`; return the report's path."""
     figures = fresh_figures(out)
     plan, final, rules = data.plan, tables.final, data.rules
+    sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(tables, rules, changed))
     layout.write_text(out / "results.csv", tables.final.to_csv(index=False))
     layout.write_text(out / "mode_fractions.csv", tables.fractions.to_csv(index=False))
     layout.write_text(out / "mode_sweep.csv", tables.sweep.to_csv(index=False))
@@ -47,18 +49,20 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
                      f"the test rejects its null at family-wise α = {rules.alpha:g} (Holm's correction over the "
                      f"testable claims); not reproduced: it does not, with power ≥ {rules.power:g} for the stated "
                      "effect; not testable: too little power, a missing control or too few learned runs. A claim "
-                     "that does not hold at this scale is shown as such; it is a result, not an error.")
+                     "that does not hold at this scale is shown as such; it is a result, not an error.",
+                     sweep_texts(sensitivity, verdicts))
     _overview(report, data, final)
     _training_section(report, data.metrics, final, rules, figures)
     _modes_section(report, final, tables.fractions, [data_label_of(d) for d in plan.data], rules, figures)
-    _sweep_section(report, tables, rules)
+    _sweep_section(report, tables, rules, sensitivity)
     _circuits_section(report, data, out, final, figures)
     _effects_section(report, tables, final, figures)
     _development_section(report, data, tables, figures)
     _methods_section(report, plan)
     methods_section(report, rules)
     report.section("All runs").table(final, "Per run: data, weight decay, seed, accuracy, mode and its quantities, LLC.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts), checked=False)  # an output, never read back
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts, sensitivity),
+                      checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
 
@@ -111,7 +115,7 @@ def _modes_section(report: Report, final: pd.DataFrame, fractions: pd.DataFrame,
                   "(the OV/QK circuits classified at each checkpoint).", float_format="{:.0f}")
 
 
-def _sweep_section(report: Report, tables: SortingTables, rules: SortingRules) -> None:
+def _sweep_section(report: Report, tables: SortingTables, rules: SortingRules, sensitivity: pd.DataFrame) -> None:
     """How the modes and the verdicts that rest on them move when one swept rule moves."""
     section = report.section("Threshold sensitivity")
     swept = ", ".join(f"{name} ∈ {{{', '.join(f'{v:g}' for v in values)}}}"
@@ -121,9 +125,9 @@ def _sweep_section(report: Report, tables: SortingTables, rules: SortingRules) -
         "the smallest half-integer beyond which a model's diagonal scores expect fewer than 0.05 spurious copied or "
         f"suppressed numbers under noise (docs/study-sorting.md). Every swept rule ({swept}; `SortingRules`) is "
         "moved one at a time: each model's mode is recomputed from its final circuits for a mode threshold "
-        "(`mode_sweep.csv`: run × threshold value → mode), and the mode-based claims are judged again, with the "
-        "gap and LLC findings as they are; below, the mode counts at each value, and each mode-based verdict's "
-        "status there.")
+        "(`mode_sweep.csv`: run × threshold value → mode), and every claim is judged again, the gap and LLC "
+        "findings held as they are (the gap test's power is simulated); below, the mode counts at each value, and "
+        "each claim's status there, by its id.")
     sweep = tables.sweep
     if sweep.empty:
         section.paragraph("No sweep was stored with this analysis.")
@@ -131,9 +135,8 @@ def _sweep_section(report: Report, tables: SortingTables, rules: SortingRules) -
         counts = sweep.groupby(["threshold", "value", "mode"], sort=False).size().unstack(fill_value=0).reset_index()
         section.table(counts, "Models in each mode when one threshold takes each swept value (the others at their "
                       "defaults).", float_format="{:g}")
-    sensitivity = threshold_sensitivity(tables, rules)
-    section.table(sensitivity.pivot(index=["threshold", "value"], columns="claim", values="status").reset_index(),
-                  "Status of each verdict that rests on the modes, per swept rule value.", float_format="{:g}")
+    section.table(status_table(sensitivity), "Status of each claim, by its id, per swept rule value.",
+                  float_format="{:g}")
 
 
 def _representatives(final: pd.DataFrame) -> pd.DataFrame:

@@ -2,8 +2,30 @@
 analysis and verdicts use, each with its reason and sweep (docs/study-sorting.md, "Claims and verdicts").
 
 The mode rule's thresholds are read while analysing each model (stage "analysis", part of the cache
-stamp); their defaults are `headway.tasks.sorting.modes.ModeThresholds`'s, whose docstring gives the
-longer reasons, so the task's classifier and the study share one value.
+stamp); they are defined here only, and `SortingRules.mode_thresholds()` hands them to the classifier
+(`headway.analysis.sorting.modes.ModeThresholds`, which has no defaults). Why each is what it is:
+
+- ``copy = 3.5``: fixed by noise alone, not tuned on trained models. In randomly initialised models
+  of the study's shape (2 heads, 51 numbers; ``headway.studies.sorting.analyse.untrained_scores``,
+  2000 seeds) the diagonal scores are close to standard normal (sd 1.00), and 3.5 is the smallest
+  half-integer beyond which (±) a model's 2 × 51 scores expect fewer than ``copy_noise`` = 0.05 spurious
+  copied or suppressed numbers (`noise_threshold`): 0.02 per model at 3.5, against 0.18 at 3.0 and 4.5 at
+  2.0 (a standard normal gives 0.05 at 3.5). It is also half the score of a perfect copier (a one-hot row
+  scores sqrt(V - 1), 7.1 for 51 numbers; lower the threshold for much smaller ranges). The value was
+  first picked by looking at trained study models (owned numbers score 4.5–6, the flanks of the other
+  head's blocks 2–4, and 2 called two of four interleaved-block models overlapping); the noise rule,
+  which does not look at them, gives the same value, and the study reports every mode and verdict
+  over a sweep of this threshold (`threshold_sweep`) so that what rests on it is visible.
+- ``min_fraction = 0.2``: two heads that split the range copy about half of it each; a fifth is far
+  above the noise rate yet low enough to count a head that owns only one block of numbers.
+- ``qk_similar = 0.5``: a correlation of 0.5 between row-centred QK circuits means the two heads
+  mostly prefer the same keys; copy suppression needs both heads to look at the same numbers.
+- ``suppressed_copied = 0.5``: most of what the suppressor pushes down must be what the copier
+  writes, else the two heads act on different numbers and are not a copy/suppress pair.
+- ``max_overlap = 0.3``: heads that split the range share at most the numbers at block borders;
+  a Jaccard index above 0.3 means a large part of the range is copied twice.
+- ``min_coverage = 0.8``: splitting heads should together copy nearly every number; a few numbers
+  (typically the ends of the range, which are easy to place) may be left to the direct path.
 """
 
 from __future__ import annotations
@@ -11,30 +33,33 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from headway.studies.rules import Rules, rule
-from headway.tasks.sorting.modes import ModeThresholds
-
-_DEFAULT = ModeThresholds()
+from headway.studies.llc_rules import LLCRules
+from headway.studies.rules import rule
+from headway.analysis.sorting.modes import ModeThresholds
 
 
 @dataclass(frozen=True)
-class SortingRules(Rules):
-    """The rules of `headway study sorting`, fixed before the data."""
+class SortingRules(LLCRules):
+    """The rules of `headway study sorting`, fixed before the data (the LLC validity limits: `LLCRules`)."""
 
-    # --- the mode rule (headway.tasks.sorting.modes), applied to each model's final circuits
-    copy: float = rule(_DEFAULT.copy, "diagonal score above which a head copies a number (below its negative: "
-                       "suppresses it); set by the noise of untrained heads", sweep=(2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
+    # --- the mode rule (headway.analysis.sorting.modes), applied to each model's final circuits
+    copy: float = rule(3.5, "diagonal score above which a head copies a number (below its negative: suppresses it); "
+                            "set by the noise of untrained heads", sweep=(2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
                        stage="analysis", low=0.0)
-    min_fraction: float = rule(_DEFAULT.min_fraction, "share of the numbers a head must copy (suppress) to be a "
-                               "copier (suppressor)", stage="analysis", low=0.0, high=1.0)
-    qk_similar: float = rule(_DEFAULT.qk_similar, "correlation of row-centred QK circuits above which a suppressor "
-                             "and a copier attend alike (copy-suppression)", stage="analysis", low=-1.0, high=1.0)
-    suppressed_copied: float = rule(_DEFAULT.suppressed_copied, "share of the suppressor's numbers its copier must "
-                                    "copy (copy-suppression)", stage="analysis", low=0.0, high=1.0)
-    max_overlap: float = rule(_DEFAULT.max_overlap, "largest Jaccard overlap of two copiers' sets that still counts "
-                              "as splitting", sweep=(0.2, 0.3, 0.4, 0.5), stage="analysis", low=0.0, high=1.0)
-    min_coverage: float = rule(_DEFAULT.min_coverage, "share of the numbers splitting copiers must cover together",
+    min_fraction: float = rule(0.2, "share of the numbers a head must copy (suppress) to be a copier (suppressor)",
                                stage="analysis", low=0.0, high=1.0)
+    qk_similar: float = rule(0.5, "correlation of row-centred QK circuits above which a suppressor and a copier "
+                                  "attend alike (copy-suppression)", stage="analysis", low=-1.0, high=1.0)
+    suppressed_copied: float = rule(0.5, "share of the suppressor's numbers its copier must copy (copy-suppression)",
+                                    stage="analysis", low=0.0, high=1.0)
+    max_overlap: float = rule(0.3, "largest Jaccard overlap of two copiers' sets that still counts as splitting",
+                              sweep=(0.2, 0.3, 0.4, 0.5), stage="analysis", low=0.0, high=1.0)
+    min_coverage: float = rule(0.8, "share of the numbers splitting copiers must cover together",
+                               stage="analysis", low=0.0, high=1.0)
+    copy_noise: float = rule(0.05, "spurious copied or suppressed numbers an untrained model of the study's shape may "
+                                   "expect beyond the copy threshold (`noise_threshold`): the budget that set copy's "
+                                   "default before any trained model was seen; the analysis reads copy itself",
+                             low=0.0)
 
     # --- which runs count
     learned: float = rule(0.95, "per-token validation accuracy a run needs to count as having learned to sort; only "
@@ -83,7 +108,7 @@ class SortingRules(Rules):
                                    "and falls by llc_fall", low=0.0, high=1.0)
 
     def mode_thresholds(self) -> ModeThresholds:
-        """The mode rule's thresholds as the task's classifier takes them."""
+        """The mode rule's thresholds as the classifier (`headway.analysis.sorting.modes`) takes them."""
         return ModeThresholds(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModeThresholds)})
 
     def mode_sweeps(self) -> dict[str, tuple]:

@@ -7,7 +7,7 @@ from headway.runs.schema import TableSchema
 from headway.studies.llc_schema import LLC, LLC_TRACE
 
 _TAGS = {"run_id": "str", "data": "str"}  # every row: its run, and the data it was trained on (`data_label`)
-# An instance's mode and what it rests on (`headway.tasks.sorting.modes.classify_modes`).
+# An instance's mode and what it rests on (`headway.analysis.sorting.modes.classify_modes`).
 _MODES = {"instance": "int", "mode": "str", "copy_fraction_h{n}": "float", "suppress_fraction_h{n}": "float",
           "n_copiers": "int", "n_suppressors": "int", "overlap": "float", "coverage": "float",
           "qk_similarity": "float", "copier": "int", "suppressor": "int"}

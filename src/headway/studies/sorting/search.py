@@ -5,7 +5,7 @@ A *condition* is a named set of flat run settings over the sorting study's `cpu`
 length, values, repeats, gaps, mean_gap; recipe: weight_decay, heads, steps, …). Every condition is
 trained with the same seeds through the shared run store (`train_runs`: finished runs are reused, an
 interrupted ensemble resumes), and each final model is classified by the study's own rule
-(`headway.tasks.sorting.modes.classify_modes` on the folded circuits, default thresholds), on the
+(`headway.analysis.sorting.modes.classify_modes` on the folded circuits, the study's thresholds), on the
 lists the study analyses (`ANALYSIS_SEED`). No LLC, ablation or DLA: only the mode is searched for.
 
 The test, fixed before any search model was trained (`SearchRules`): per condition, the claim "copy-suppression
@@ -92,21 +92,22 @@ def model_modes(model, task, examples: int) -> pd.DataFrame:
     import torch
 
     from headway.studies.sorting.analyse import ANALYSIS_SEED, circuit_state
-    from headway.tasks.sorting.modes import threshold_sweep
+    from headway.analysis.sorting.modes import threshold_sweep
     from headway.tasks.sorting.task import generate
 
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
     device = next(model.parameters()).device
     tokens = torch.from_numpy(batch.tokens).to(device).expand(model.n_instances, *batch.tokens.shape)
-    ov, qk, scores, modes = circuit_state(model, task, tokens)
+    thresholds = RULES.mode_thresholds()
+    ov, qk, scores, modes = circuit_state(model, task, tokens, thresholds)
     modes["min_diagonal_score"] = scores.flatten(1).min(dim=1).values.cpu().numpy()  # most suppressed number, any head
-    sweep = threshold_sweep(ov, qk, {"copy": RULES.sweeps()["copy"]})
+    sweep = threshold_sweep(ov, qk, {"copy": RULES.sweeps()["copy"]}, thresholds)
     # the smallest swept copy threshold at which the rule calls the model copy-suppression (NaN: at none);
     # descriptive only: the test reads the mode at the default thresholds
     modes["cs_at_copy"] = modes.instance.map(sweep[sweep["mode"] == SUPPRESSOR].groupby("instance").value.min())
     # teacher-forced accuracy on targets equal to the number before them (gap 0: a repeat to write again)
     # and on the others: whether the model handles repeats at all
-    from headway.tasks.sorting.effects import ablate_heads
+    from headway.analysis.sorting.effects import ablate_heads
 
     bins = ablate_heads(model, batch, task, kinds=(), all_heads=False)
     for column, chosen in (("accuracy_gap0", bins.gap_bin == "0"),

@@ -1,13 +1,14 @@
 """Study-level tables of the sorting study (`summarise`): one row per run with its mode, the mode
 fractions per data value and weight decay with Wilson intervals, the pre-specified gap test with the
 simulated p-values its power is read from, each run's mode over a sweep of the classifier's thresholds,
-each traced run's development, and the estimator's bias; and the machine-readable summary. Every
+each traced run's development, and the estimator's bias; the tables under other rules, for the threshold
+sensitivity (`tables_at`); and the machine-readable summary. Every
 threshold comes from the study's rules (`headway.studies.sorting.rules.SortingRules`)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -15,13 +16,13 @@ import pandas as pd
 
 from headway.analysis.development import Development, development
 from headway.analysis.statistics import permutation_independence, sidak, wilson_interval
-from headway.runs.store import final_metrics
+from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.verdict import Verdict
-from headway.tasks.sorting.modes import MODES
+from headway.analysis.sorting.modes import MODES
 
 GAP_SEED = 20_251_125  # seeds the gap test's permutations and its power simulation, so a report is reproducible
 
@@ -48,7 +49,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     final = final_table(data.metrics, data.tables)
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
-    traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_change_z, llc_bias)
+    traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
+                           llc_bias)
               for run_id in curve.run_id.unique()] if len(curve) else []
     rng = np.random.default_rng(GAP_SEED)
     test = gap_test(final, rules.learned, rules.gap_permutations, rng)
@@ -163,9 +165,11 @@ def run_title(traced: Development) -> str:
     return f"{traced.llc.data.iloc[0]}, wd {row.weight_decay:g}, seed {int(row.seed)}"
 
 
-def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]) -> dict[str, Any]:
+def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict],
+                 sensitivity: pd.DataFrame) -> dict[str, Any]:
     """Machine-readable results: the grid, accuracies, mode counts, the gap test, each traced run's LLC
-    course and rise-and-fall test, the rules, verdicts (with p, α and power), timings."""
+    course and rise-and-fall test, the rules, verdicts (with p, α and power), the threshold sensitivity
+    (`headway.studies.sensitivity`), timings."""
     plan, final, rules = data.plan, tables.final, data.rules
     development = []
     for traced in tables.development:
@@ -190,8 +194,24 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         "sgld": plan.sgld.to_dict(),
         "rules": rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],
+        "threshold_sensitivity": [{k: plain_value(v) for k, v in row.items()} for row in sensitivity.to_dict("records")],
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
         "hardware": data.hardware,
         "ensembles": data.ensembles,
         "run_ids": final.run_id.tolist(),
     }
+
+
+def tables_at(tables: SortingTables, rules: SortingRules, changed: SortingRules) -> SortingTables | None:
+    """The study's `tables` (judged by `rules`) as `changed` rules give them, for the threshold sensitivity
+    (`headway.studies.sensitivity`): where a mode threshold moved, every model's mode read from the analysis'
+    sweep (`tables.sweep`; None where it stored no value there); otherwise the same tables, which a summary
+    rule does not change but through the claims (the gap and LLC claims are held: `StudyClaim.held`)."""
+    moved = [name for name in changed.mode_sweeps() if getattr(changed, name) != getattr(rules, name)]
+    if not moved:
+        return tables
+    sweep = tables.sweep
+    at = sweep[(sweep.threshold == moved[0]) & (sweep.value == getattr(changed, moved[0]))] if len(sweep) else sweep
+    if at.empty:
+        return None
+    return replace(tables, final=tables.final.drop(columns="mode").merge(at[["run_id", "mode"]], on="run_id"))

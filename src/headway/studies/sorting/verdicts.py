@@ -3,13 +3,13 @@
 Each claim is a test fixed in advance (a `Finding`: its null, test, p-value and the power to detect its
 stated effect, every number a field of `SortingRules`), and `judge` decides them together, Holm-corrected
 (`headway.studies.verdict`). Each declares the columns it reads (`checked_claim`), so a missing value in
-any of them makes it not testable. docs/study-sorting.md, "Claims and verdicts", gives the reasons.
+any of them makes it not testable, and is registered once, with its id, in `CLAIMS`. docs/study-sorting.md,
+"Claims and verdicts", gives the reasons.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -20,9 +20,9 @@ from headway.analysis.statistics import (binomial_power, binomial_tail, critical
 from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
-from headway.studies.verdict import (Claim, Finding, Verdict, check, checked_claim, intersection_union, judge, present,
-                                     reads, verify)
-from headway.tasks.sorting.modes import MODES
+from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, check, checked_claim, intersection_union,
+                                     judge, present, reads, registered_findings, registry, verify)
+from headway.analysis.sorting.modes import MODES
 
 LEARNS_CLAIM = "A one-layer attention-only transformer learns to sort"
 SPLITTING_CLAIM = "Vocabulary-splitting appears with and without weight decay"
@@ -34,61 +34,8 @@ SIMPLE_MODES = ("splitting", "copy_suppression")
 
 
 def verdicts(tables: SortingTables, rules: SortingRules) -> list[Verdict]:
-    """Every claim judged together, in report order; the mode-based ones end with their threshold sweep."""
-    found = judge([*mode_findings(tables.final, tables.weight_decays, rules), *other_findings(tables, rules)], rules)
-    sensitivity = threshold_sensitivity(tables, rules)
-    swept = set(sensitivity.claim)
-    return [replace(v, evidence=f"{v.evidence} {sensitivity_text(sensitivity, v.claim, v.status)}")
-            if v.claim in swept else v for v in found]
-
-
-def mode_findings(final: pd.DataFrame, weight_decays: tuple[float, ...], rules: SortingRules) -> list[Finding]:
-    """The findings that rest on each run's accuracy and mode alone, in report order."""
-    return [learns_to_sort(final, rules), splitting_with_and_without_decay(final, weight_decays, rules),
-            simple_modes(final, rules), copy_suppression_found(final, rules)]
-
-
-def other_findings(tables: SortingTables, rules: SortingRules) -> list[Finding]:
-    """The gap and LLC findings, which a threshold sweep leaves as they are."""
-    return [gap_decides_mode(tables.gap_test, tables.final, tables.fractions, rules),
-            llc_rises_then_falls(tables.development, rules)]
-
-
-def threshold_sensitivity(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:
-    """Per mode-based claim and swept rule value (`rules.sweeps()`): its status when the study is judged
-    with that one rule changed; a mode threshold's value reads every model's mode from the analysis'
-    sweep (`tables.sweep`), the gap and LLC findings stay as they are. Columns claim, threshold, value,
-    status."""
-    others = other_findings(tables, rules)
-    analysed = rules.mode_sweeps()
-    rows = []
-    for name, values in rules.sweeps().items():
-        for value in values:
-            final = tables.final
-            if name in analysed:
-                at = tables.sweep[(tables.sweep.threshold == name) & (tables.sweep.value == value)] \
-                    if len(tables.sweep) else tables.sweep
-                if at.empty:
-                    continue
-                final = final.drop(columns="mode").merge(at[["run_id", "mode"]], on="run_id")
-            changed = rules.changed(**{name: value})
-            found = mode_findings(final, tables.weight_decays, changed)
-            rows += [{"claim": v.claim, "threshold": name, "value": value, "status": v.status}
-                     for v in judge([*found, *others], changed)[:len(found)]]
-    return pd.DataFrame(rows, columns=["claim", "threshold", "value", "status"])
-
-
-def sensitivity_text(sensitivity: pd.DataFrame, claim: str, status: str) -> str:
-    """Over which swept values of each rule the verdict on `claim` keeps `status`, and where it flips."""
-    parts = []
-    for name, frame in sensitivity[sensitivity.claim == claim].groupby("threshold", sort=False):
-        values = {s: ", ".join(f"{v:g}" for v in group.value) for s, group in frame.groupby("status", sort=False)}
-        if set(values) == {status}:
-            parts.append(f"{name} — same status at every value swept ({frame.value.min():g}–{frame.value.max():g})")
-        else:
-            flips = [f"{other} at {shown}" for other, shown in values.items() if other != status]
-            parts.append(f"{name} — " + ", ".join([f"same status at {values.get(status, 'none')}", *flips]))
-    return f"Threshold sweep: {'; '.join(parts)}."
+    """Every registered claim judged together, in report order (`CLAIMS`)."""
+    return judge(registered_findings(CLAIMS, tables, rules), rules)
 
 
 def decay_label(wd: float) -> str:
@@ -231,31 +178,31 @@ def _gap_test(rules: SortingRules) -> str:
 
 @checked_claim(GAP_CLAIM, _gap_test, final=reads("val_accuracy", "weight_decay", "data", "mean_gap", "mode"),
                fractions=reads("weight_decay", "data", "mode", "fraction", "count", "n"))
-def gap_decides_mode(test: dict | None, final: pd.DataFrame, fractions: pd.DataFrame, rules: SortingRules,
+def gap_decides_mode(gap_test: dict | None, final: pd.DataFrame, fractions: pd.DataFrame, rules: SortingRules,
                      *, claim: Claim) -> Finding:
     """The pre-specified gap test (`tables.gap_test`, computed from the learned runs of `final`: their weight
     decay, data value, mean gap and mode, each checked here), its power at any level read off the simulated
     studies of the same design (`tables.gap_power_at`)."""
     check(learned_runs(final, rules), "weight_decay", "data", "mean_gap", "mode")
     check(fractions, "weight_decay", "data", "mode", "fraction", "count", "n")  # every row is described
-    if test is None:
+    if gap_test is None:
         cells = fractions.groupby(["weight_decay", "data"]).n.first() if len(fractions) else {}
         counted = "; ".join(f"{decay_label(wd)}, {data}: {n}" for (wd, data), n in cells.items()) or "none"
         return claim.not_testable("no weight decay has learned runs at two data values",
                                   f"Learned runs per weight decay and data value: {counted}.")
-    for s in test["per_decay"]:
+    for s in gap_test["per_decay"]:
         for key in ("weight_decay", "chi2", "runs", "data_values", "p_value"):
             present(f"the gap test's {key} at one weight decay", s.get(key))
     per = "; ".join(f"{decay_label(s['weight_decay'])}: χ² = {s['chi2']:.1f} over {s['runs']} learned runs at "
-                    f"{s['data_values']} data values, p = {s['p_value']:.3g}" for s in test["per_decay"])
-    p_value = present("the gap test's combined p-value", test.get("p_value"))
+                    f"{s['data_values']} data values, p = {s['p_value']:.3g}" for s in gap_test["per_decay"])
+    p_value = present("the gap test's combined p-value", gap_test.get("p_value"))
     evidence = f"{per}; combined p = {p_value:.3g}. {_largest_change(fractions)}"
-    if not len(test["simulated_p"]):
+    if not len(gap_test["simulated_p"]):
         return claim.not_testable("every data value has the same mean gap, so no effect of δ̄ can be simulated",
                                   evidence)
-    for simulated in test["simulated_p"]:
+    for simulated in gap_test["simulated_p"]:
         present("the gap test's p-value in one simulated study", simulated)
-    return claim.finding(evidence, p_value, lambda level: gap_power_at(test, level))
+    return claim.finding(evidence, p_value, lambda level: gap_power_at(gap_test, level))
 
 
 def _largest_change(fractions: pd.DataFrame) -> str:
@@ -361,3 +308,11 @@ def _llc_course(traced: Development, tested: RunTest) -> str:
     return (f"λ̂ {traced.start:.0f} at step {traced.start_step}, peak {traced.peak:.0f} at step {traced.peak_step}, "
             f"final {traced.final:.0f} ({traced.final / traced.peak - 1:+.0%}): {shape}, p = {tested.p:.2g}, "
             f"{verdict}{left_out}")
+
+
+# The study's claims, in report order. The gap and LLC claims are held at the study's rules in the threshold
+# sweep: the gap test's power is simulated (gap_power_studies × gap_power_permutations), too costly per value.
+CLAIMS = registry(StudyClaim("learns-to-sort", learns_to_sort), StudyClaim("splitting", splitting_with_and_without_decay),
+                  StudyClaim("simple-modes", simple_modes), StudyClaim("copy-suppression", copy_suppression_found),
+                  StudyClaim("gap-decides-mode", gap_decides_mode, held=True),
+                  StudyClaim("llc-rise-fall", llc_rises_then_falls, held=True))

@@ -1,5 +1,5 @@
-"""Modular addition, the classic grokking task (docs/modular-task.md), and the Fourier analysis of
-the models trained on it."""
+"""Modular addition, the classic grokking task (docs/modular-task.md). The Fourier analysis of the models
+trained on it is `headway.analysis.modular`."""
 
 from headway.tasks.modular.task import ModularBatch, ModularConfig
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import RetrievalBatch
 
 NONE = -1
 

@@ -1,9 +1,10 @@
-"""Link targets that no depth can deliver under a causal mask, and the share of them a task masks.
+"""Link targets that no depth can deliver under a causal mask (the share a task masks is
+`headway.analysis.retrieval.reach.masked_fraction`).
 
 Under dense supervision the link [x_k, x_{k-1}] targets x_{k-1}, ..., x_0 of its chain (block j holds
 x_{k-1-j}); under whole-chain supervision it targets x_{D-1}, ..., x_0 (block j holds x_{D-1-j}). A causal model
 can only bring x_m to the position that carries those targets if the information flow of Assumption 1
-lets it through from earlier positions (`headway.tasks.retrieval.reach`, whose rule `gathered_sets`
+lets it through from earlier positions (`headway.tasks.retrieval.flow`, whose rule `gathered_sets`
 plays out here to its fixed point, per example, from that example's own link order). Only a link's own
 chain matters: other chains share no symbol with it, and dropping their links keeps every position's
 earlier/later relation to the chain's links. `mask_unreachable` turns these targets into -1, so the
@@ -12,15 +13,10 @@ loss never asks a link for a symbol it cannot see.
 
 from __future__ import annotations
 
-from functools import cache
-
 import numpy as np
 
 from headway.tasks.retrieval.arrays import gather
-from headway.tasks.retrieval.reach import gathered_sets, initial_sets, order_chunks
-from headway.tasks.retrieval.task import RetrievalConfig, generate
-
-MASK_SAMPLES = 4096  # examples the expected masked share is drawn over (its standard error is under 0.3%)
+from headway.tasks.retrieval.flow import gathered_sets, initial_sets, order_chunks
 
 
 def link_chains(statements: np.ndarray, hops: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,15 +55,3 @@ def unreachable_targets(statements: np.ndarray, hops: int, layout: str, supervis
     out = np.empty_like(missing)
     out[np.arange(n)[:, None], by_chain] = missing
     return out
-
-
-@cache  # a pure function of the task, asked once per cell of a study's tables
-def masked_fraction(task: RetrievalConfig, samples: int = MASK_SAMPLES, seed: int = 0) -> float:
-    """Expected share of link targets that `mask_unreachable` turns to -1 for `task` (0 when it is
-    off), over `samples` examples drawn with `seed`."""
-    if not task.mask_unreachable:
-        return 0.0
-    statements = generate(task, samples, seed, dense=False).statements
-    per_chain = task.hops * task.hops if task.supervision == "whole-chain" else task.hops * (task.hops + 1) // 2
-    missing = unreachable_targets(statements, task.hops, task.layout, task.supervision)
-    return float(missing.sum()) / (samples * task.chains * per_chain)  # dense: link k has k targets; whole-chain: D

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
+    from headway.tasks.retrieval.config import RetrievalConfig
+    from headway.tasks.retrieval.generator import RetrievalBatch
 
 
 def retrieval_records(cfg: RetrievalConfig, batch: RetrievalBatch) -> list[dict[str, Any]]:

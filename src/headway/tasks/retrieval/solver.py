@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from headway.tasks.retrieval.task import RetrievalBatch
+from headway.tasks.retrieval.generator import RetrievalBatch
 
 
 def solve(

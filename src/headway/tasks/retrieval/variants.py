@@ -20,7 +20,7 @@ from headway.tasks.retrieval.arrays import (
 )
 
 if TYPE_CHECKING:
-    from headway.tasks.retrieval.task import RetrievalConfig
+    from headway.tasks.retrieval.config import RetrievalConfig
 
 
 class Drawn(NamedTuple):

@@ -1,5 +1,5 @@
-"""The list-sorting task (docs/sorting-task.md) and the analyses of its one-layer models: OV/QK circuits,
-head modes, ablations and direct logit attribution."""
+"""The list-sorting task (docs/sorting-task.md): its settings and generator. The analyses of its models
+(OV/QK circuits, head modes, ablations, direct logit attribution) are `headway.analysis.sorting`."""
 
 from headway.tasks.sorting.task import SortingBatch, SortingConfig, encode, generate
 

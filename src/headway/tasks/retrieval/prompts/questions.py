@@ -21,7 +21,8 @@ from headway.files import atomic
 from headway.limits import MAX_PROMPT_CHAINS, MAX_PROMPT_CHARACTERS, MAX_PROMPT_HOPS, MAX_QUESTIONS, MAX_SEED
 from headway.settings import check_int
 from headway.tasks.retrieval.prompts.formulations import FORMULATIONS, Formulation, Instance
-from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig, generate
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import RetrievalBatch, generate
 
 # The line the prompt ends with; options are scored as continuations after it (lm-eval style).
 ANSWER_CUE = "Answer:"

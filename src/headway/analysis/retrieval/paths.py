@@ -25,7 +25,7 @@ from torch import Tensor
 from headway.analysis.ablation import head_outputs, z_names
 from headway.model.hooks import Hook, HookDispatch
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.interventions import HeadIntervention
 
 CHANNELS = ("qkv", "q", "k", "v")
 COLUMNS = ("instance", "sender_layer", "receiver_layer", "senders", "receivers", "channel", "path_drop",

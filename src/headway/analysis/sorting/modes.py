@@ -13,32 +13,10 @@ of the OV diagonal within its row. Modes, tested in this order:
 - **other**: at most one copier (one head does everything), nothing copies (untrained model), or
   disjoint copiers that leave more than ``1 - min_coverage`` of the numbers uncopied.
 
-Defaults of `ModeThresholds` and why:
-
-- ``copy = 3.5``: fixed by noise alone, not tuned on trained models. In randomly initialised models
-  of the study's shape (2 heads, 51 numbers; ``headway.studies.sorting.analyse.untrained_scores``,
-  2000 seeds) the diagonal scores are close to standard normal (sd 1.00), and 3.5 is the smallest
-  half-integer beyond which (±) a model's 2 × 51 scores expect fewer than 0.05 spurious copied or
-  suppressed numbers (`noise_threshold`): 0.02 per model at 3.5, against 0.18 at 3.0 and 4.5 at 2.0
-  (a standard normal gives 0.05 at 3.5). It is also half the score of a perfect copier (a one-hot row
-  scores sqrt(V - 1), 7.1 for 51 numbers; lower the threshold for much smaller ranges). The value was
-  first picked by looking at trained study models (owned numbers score 4.5–6, the flanks of the other
-  head's blocks 2–4, and 2 called two of four interleaved-block models overlapping); the noise rule,
-  which does not look at them, gives the same value, and the study reports every mode and verdict
-  over a sweep of this threshold (`threshold_sweep`; the values are the sweep of the study's rule,
-  `headway.studies.sorting.rules.SortingRules.copy`) so that what rests on it is visible.
-  The score ignores magnitude: a head whose diagonal is weak but clean in a quiet row scores nearly
-  as high as the head that really writes the number.
-- ``min_fraction = 0.2``: two heads that split the range copy about half of it each; a fifth is far
-  above the noise rate yet low enough to count a head that owns only one block of numbers.
-- ``qk_similar = 0.5``: a correlation of 0.5 between row-centred QK circuits means the two heads
-  mostly prefer the same keys; copy suppression needs both heads to look at the same numbers.
-- ``suppressed_copied = 0.5``: most of what the suppressor pushes down must be what the copier
-  writes, else the two heads act on different numbers and are not a copy/suppress pair.
-- ``max_overlap = 0.3``: heads that split the range share at most the numbers at block borders;
-  a Jaccard index above 0.3 means a large part of the range is copied twice.
-- ``min_coverage = 0.8``: splitting heads should together copy nearly every number; a few numbers
-  (typically the ends of the range, which are easy to place) may be left to the direct path.
+The thresholds (`ModeThresholds`) are the sorting study's rules: their values, and why each is what it
+is, are `headway.studies.sorting.rules.SortingRules`'s, which builds this object (`mode_thresholds()`); the
+classifier holds no value of its own. The score ignores magnitude: a head whose diagonal is weak but clean in
+a quiet row scores nearly as high as the head that really writes the number.
 """
 
 from __future__ import annotations
@@ -52,7 +30,7 @@ import pandas as pd
 from headway.errors import ConfigError
 from headway.settings import Settings, check_number
 
-if TYPE_CHECKING:  # the study's rules read ModeThresholds when the CLI parses options; torch loads with analysis
+if TYPE_CHECKING:  # the study's rules build ModeThresholds when the CLI parses options; torch loads with analysis
     from torch import Tensor
 
 MODES = ("splitting", "copy_suppression", "overlapping", "other")
@@ -60,14 +38,15 @@ MODES = ("splitting", "copy_suppression", "overlapping", "other")
 
 @dataclass(frozen=True)
 class ModeThresholds(Settings):
-    """Constants of the mode rule; the module docstring gives the reason for each default."""
+    """The mode rule's thresholds (module docstring), without defaults: their values and reasons are the
+    sorting study's rules (`SortingRules.mode_thresholds()`)."""
 
-    copy: float = 3.5
-    min_fraction: float = 0.2
-    qk_similar: float = 0.5
-    suppressed_copied: float = 0.5
-    max_overlap: float = 0.3
-    min_coverage: float = 0.8
+    copy: float
+    min_fraction: float
+    qk_similar: float
+    suppressed_copied: float
+    max_overlap: float
+    min_coverage: float
 
     def __post_init__(self) -> None:
         self.normalise(
@@ -100,7 +79,7 @@ def diagonal_scores(ov: Tensor) -> Tensor:
     return torch.where(spread > 0, lift / spread.clamp_min(1e-30), torch.zeros_like(lift)).float()
 
 
-def copy_sets(scores: Tensor, thresholds: ModeThresholds = ModeThresholds()) -> tuple[Tensor, Tensor]:
+def copy_sets(scores: Tensor, thresholds: ModeThresholds) -> tuple[Tensor, Tensor]:
     """Numbers each head copies (score > copy) and suppresses (score < −copy): two bool [E, H, V]."""
     return scores > thresholds.copy, scores < -thresholds.copy
 
@@ -131,7 +110,7 @@ def _suppressed_copied(copies: np.ndarray, suppresses: np.ndarray) -> np.ndarray
     return np.divide(inter, sizes, out=np.zeros_like(inter), where=sizes > 0)
 
 
-def classify_modes(ov: Tensor, qk: Tensor, thresholds: ModeThresholds = ModeThresholds()) -> pd.DataFrame:
+def classify_modes(ov: Tensor, qk: Tensor, thresholds: ModeThresholds) -> pd.DataFrame:
     """One row per instance: `mode` (see the module docstring) and every quantity the rule reads:
     copy_fraction_h{h}, suppress_fraction_h{h}, n_copiers, n_suppressors, overlap (largest Jaccard of
     two copiers, NaN with fewer than two), coverage, qk_similarity (of the reported pair), and the
@@ -202,7 +181,7 @@ def _largest_pair(matrix: np.ndarray, heads: np.ndarray) -> float:
 
 
 def threshold_sweep(ov: Tensor, qk: Tensor, sweep: dict[str, tuple[float, ...]],
-                    base: ModeThresholds = ModeThresholds()) -> pd.DataFrame:
+                    base: ModeThresholds) -> pd.DataFrame:
     """One row per instance × swept value (columns instance, threshold, value, mode): the mode with that
     one threshold of `base` changed (`sweep`: threshold name → values, e.g. the sorting study's
     `SortingRules.mode_sweeps()`), so a report can show where a model's label, and a verdict, flips."""
@@ -211,10 +190,10 @@ def threshold_sweep(ov: Tensor, qk: Tensor, sweep: dict[str, tuple[float, ...]],
     return pd.concat(frames, ignore_index=True)[["instance", "threshold", "value", "mode"]]
 
 
-def noise_threshold(null_scores: Tensor, entries: int, rate: float = 0.05, step: float = 0.5) -> float:
+def noise_threshold(null_scores: Tensor, entries: int, rate: float, step: float = 0.5) -> float:
     """Smallest multiple of `step` beyond which (±) a model with `entries` diagonal scores (heads ×
-    numbers) drawn like `null_scores` expects fewer than `rate` of them: a copy threshold set by noise
-    alone, before any trained model is seen."""
+    numbers) drawn like `null_scores` expects fewer than `rate` of them (`SortingRules.copy_noise`): a copy
+    threshold set by noise alone, before any trained model is seen."""
     magnitude = null_scores.detach().abs().flatten().double()
     threshold = step
     while (magnitude > threshold).double().mean().item() * entries >= rate:

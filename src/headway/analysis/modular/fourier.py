@@ -9,7 +9,8 @@ builds logits from cos(2πk(a + b − c)/p) at those frequencies.
 - `embedding_spectrum`: the share of the embedding's squared norm, centred over the numbers, that
   each frequency carries; `effective_frequencies` = 1 / Σ share², threshold-free: the number of
   frequencies a spectrum is spread over ((p-1)/2 when even, 1 when all in one).
-- `key_frequencies`: the fewest frequencies whose shares add up to at least `coverage`.
+- `key_frequencies`: the fewest frequencies whose shares add up to at least `coverage` (the modular study's
+  rule `ModularRules.coverage`, with its reason).
 - `logit_spectrum`: the share of the logits' variance (centred over the output c, since softmax
   ignores a shift) along cos/sin(2πk(a + b − c)/p), per frequency, over every pair (a, b).
 """
@@ -22,12 +23,10 @@ import numpy as np
 
 from headway.errors import ConfigError
 
-if TYPE_CHECKING:  # the study's rules read COVERAGE when the CLI parses options; torch loads with the analysis
+if TYPE_CHECKING:  # torch loads with the analysis, so that the CLI parses options without it
     import torch
 
     from headway.model.transformer import EnsembleTransformer
-
-COVERAGE = 0.8  # share of the embedding norm the key frequencies hold together
 
 
 def frequencies(p: int) -> np.ndarray:
@@ -54,7 +53,7 @@ def effective_frequencies(shares: np.ndarray) -> np.ndarray:
     return 1.0 / np.square(shares).sum(axis=-1)
 
 
-def key_frequencies(shares: np.ndarray, coverage: float = COVERAGE) -> list[list[int]]:
+def key_frequencies(shares: np.ndarray, coverage: float) -> list[list[int]]:
     """Per row, the fewest frequencies (1-based k, by decreasing share) holding at least `coverage`."""
     if not 0 < coverage <= 1:
         raise ConfigError(f"coverage = {coverage!r} is invalid; use a share in (0, 1]")

@@ -1,30 +1,15 @@
 """The reachable fraction: from how many link orders can the query reach the answer in L layers?
 
 Theorem 1's depth bound ⌈log₃(2D)⌉ (``theory.min_layers``) rests on Assumption 1: a position can
-only attend to positions that share token or positional information with it. This module plays that
-information flow out exactly, per attention mode, order and layout (docs/depth-bound.md):
-
-- Every position holds a set of symbols. At each layer, every position gathers (set union) the sets
-  of the positions it can see that share at least one symbol with its own set, all positions
-  updating synchronously from the previous layer's sets. Causal attention sees itself and earlier
-  positions; bidirectional sees every position.
-- The query reaches the answer after L layers iff x_0 is in the read-out position's set.
-- Only the queried chain matters (other chains share no symbol with it), so only its D links and
-  the query, always last, are simulated. Link k (k = 1..D) is the statement [x_k, x_{k-1}].
-- packed: one position per link holding {x_k, x_{k-1}}; the query holds {x_D}, read out there.
-- flat: a link is two positions, left slot {x_k} then right slot {x_{k-1}}; the query is {x_D} then
-  the QUERY marker {} (read out at the marker). The positional information of flat is this: the two
-  slots of one statement may always gather from each other, shared symbol or not, subject to the
-  mask (under causal attention the right slot sees the left, not the reverse).
-- order "shuffled": the D links in a uniformly random order; "chain": forward hop order
-  ([x_1, x_0] first). The other chains' links, interleaved in the task, change nothing.
+only attend to positions that share token or positional information with it. The information flow
+that allows (`headway.tasks.retrieval.flow`) is played out exactly, per attention mode, order and
+layout (docs/depth-bound.md). Order "shuffled": the D links in a uniformly random order; "chain":
+forward hop order ([x_1, x_0] first). The other chains' links, interleaved in the task, change nothing.
 
 The fraction is exact over all D! orders when D! <= 40320 (D <= 8), else simulated over `samples`
 seeded random orders with a 95% Wilson interval. Chain order is one order; under bidirectional
 attention every order gives the same sets (all positions see all, and a statement's slots stay
-together), so one order is exact for every D. Sets are uint64 bitmasks (bit i = x_i), all orders of
-a chunk advance at once. The same rule, played out to its fixed point at every link, decides which
-dense targets a causal model can deliver at all (`headway.tasks.retrieval.reachable_targets`).
+together), so one order is exact for every D.
 """
 
 from __future__ import annotations
@@ -43,12 +28,14 @@ from headway.errors import ConfigError
 from headway.limits import MAX_CONTEXT, MAX_LAYERS, MAX_SAMPLES, MAX_SEED
 from headway.model.config import ATTENTION_KINDS
 from headway.settings import check_choice, check_int, check_number
-from headway.tasks.retrieval.task import LAYOUTS, ORDERS
+from headway.tasks.retrieval.flow import MAX_HOPS, chunk_size, order_chunks, reaches
+from headway.tasks.retrieval.config import LAYOUTS, ORDERS, RetrievalConfig
+from headway.tasks.retrieval.generator import generate
+from headway.tasks.retrieval.reachable_targets import unreachable_targets
 from headway.tasks.retrieval.theory import min_layers
 
 EXACT_LIMIT = 40320  # enumerate every order up to 8! of them; simulate beyond
-MAX_HOPS = 62  # D+1 symbols must fit the 63 low bits of a uint64
-_CELLS = 2**21  # orders x positions x positions per vectorised step (about 16 MiB of uint64)
+MASK_SAMPLES = 4096  # examples the expected masked share is drawn over (its standard error is under 0.3%)
 
 
 @dataclass(frozen=True)
@@ -74,21 +61,21 @@ def reachable_fraction(hops: int, layers: int, attention: str = "causal", order:
     samples = check_int("samples", samples, 1, MAX_SAMPLES)
     seed = check_int("seed", seed, 0, MAX_SEED)
     if order == "chain" or attention == "bidirectional":
-        reached = _reaches(np.arange(hops)[None, :], layers, attention, layout)
+        reached = reaches(np.arange(hops)[None, :], layers, attention, layout)
         value = float(reached[0])
         return ReachBound(value, value, value, "exact", 1)
     if math.factorial(hops) <= EXACT_LIMIT:
         every = np.array(list(itertools.permutations(range(hops))), dtype=np.int64).reshape(-1, hops)
-        hits = sum(int(_reaches(chunk, layers, attention, layout).sum()) for chunk in order_chunks(every, layout))
+        hits = sum(int(reaches(chunk, layers, attention, layout).sum()) for chunk in order_chunks(every, layout))
         value = hits / len(every)
         return ReachBound(value, value, value, "exact", len(every))
     rng = np.random.default_rng(seed)
-    size = _chunk_size(hops, layout)
+    size = chunk_size(hops, layout)
     hits, done = 0, 0
     while done < samples:
         n = min(size, samples - done)
         drawn = rng.permuted(np.tile(np.arange(hops), (n, 1)), axis=1)
-        hits += int(_reaches(drawn, layers, attention, layout).sum())
+        hits += int(reaches(drawn, layers, attention, layout).sum())
         done += n
     lower, upper = wilson_interval(hits, samples)
     return ReachBound(hits / samples, lower, upper, "simulated", samples)
@@ -158,59 +145,13 @@ def _check(hops, layers, attention, order, layout) -> tuple[int, int, str, str, 
             check_choice("order", order, ORDERS), check_choice("layout", layout, LAYOUTS))
 
 
-def _chunk_size(hops: int, layout: str) -> int:
-    positions = _n_positions(hops, layout)
-    return max(64, _CELLS // (positions * positions))
-
-
-def order_chunks(orders: np.ndarray, layout: str) -> Iterable[np.ndarray]:
-    """Rows of link orders [n, hops] in chunks small enough for one vectorised step of `gathered_sets`."""
-    size = _chunk_size(orders.shape[1], layout)
-    return (orders[i:i + size] for i in range(0, len(orders), size))
-
-
-def _n_positions(hops: int, layout: str) -> int:
-    return hops + 1 if layout == "packed" else 2 * hops + 2
-
-
-def initial_sets(orders: np.ndarray, layout: str) -> np.ndarray:
-    """[n, positions] uint64 symbol sets of the queried chain laid out in each row's link order
-    (orders[n, i] = k - 1 for link k at statement i), the query last."""
-    n, hops = orders.shape
-    one = np.uint64(1)
-    k = orders.astype(np.uint64) + one  # link k = [x_k, x_{k-1}]
-    query = np.full((n, 1), one << np.uint64(hops), dtype=np.uint64)
-    if layout == "packed":
-        return np.concatenate([(one << k) | (one << (k - one)), query], axis=1)
-    slots = np.stack([one << k, one << (k - one)], axis=2).reshape(n, 2 * hops)
-    return np.concatenate([slots, query, np.zeros((n, 1), dtype=np.uint64)], axis=1)
-
-
-def _masks(positions: int, attention: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
-    """visible[i, j]: position i may attend to j; always[i, j]: i gathers j shared symbol or not
-    (itself, and in flat the other slot of its statement), within `visible`."""
-    index = np.arange(positions)
-    visible = index[:, None] >= index[None, :] if attention == "causal" else np.ones((positions,) * 2, bool)
-    statement = index // 2 if layout == "flat" else index
-    return visible, visible & (statement[:, None] == statement[None, :])
-
-
-def _reaches(orders: np.ndarray, layers: int, attention: str, layout: str) -> np.ndarray:
-    """Whether the read-out position holds x_0 after `layers` layers, for each row of link orders."""
-    sets = gathered_sets(initial_sets(orders, layout), attention, layout, layers)
-    return (sets[:, -1] & np.uint64(1)) != np.uint64(0)
-
-
-def gathered_sets(sets: np.ndarray, attention: str, layout: str, layers: int | None = None) -> np.ndarray:
-    """Every position's symbol set [n, positions] after `layers` layers of the gather rule (module
-    docstring) from `sets` (`initial_sets`); None plays it out to its fixed point, what any depth reaches."""
-    visible, always = _masks(sets.shape[1], attention, layout)
-    zero = np.uint64(0)
-    for _ in itertools.repeat(None) if layers is None else range(layers):
-        shares = (sets[:, :, None] & sets[:, None, :]) != zero
-        gather = (shares & visible) | always
-        grown = np.bitwise_or.reduce(np.where(gather, sets[:, None, :], zero), axis=2)
-        if np.array_equal(grown, sets):  # no set changed: every further layer leaves them as they are
-            break
-        sets = grown
-    return sets
+@cache  # a pure function of the task, asked once per cell of a study's tables
+def masked_fraction(task: RetrievalConfig, samples: int = MASK_SAMPLES, seed: int = 0) -> float:
+    """Expected share of link targets that `mask_unreachable` turns to -1 for `task` (0 when it is
+    off), over `samples` examples drawn with `seed`."""
+    if not task.mask_unreachable:
+        return 0.0
+    statements = generate(task, samples, seed, dense=False).statements
+    per_chain = task.hops * task.hops if task.supervision == "whole-chain" else task.hops * (task.hops + 1) // 2
+    missing = unreachable_targets(statements, task.hops, task.layout, task.supervision)
+    return float(missing.sum()) / (samples * task.chains * per_chain)  # dense: link k has k targets; whole-chain: D

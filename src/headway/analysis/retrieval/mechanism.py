@@ -41,15 +41,6 @@ import numpy as np
 import pandas as pd
 
 MECHANISMS = ("linear", "compositional", "not classifiable", "unsolved")
-# Attention from links to a chain neighbour, averaged over visible pairs, that counts as reading it:
-# far above the uniform share of a 4-chain cpu-scale example (1/13 at most) and below a sharp head's ~1.
-READ_LEVEL = 0.3
-# How far the final-layer query probe of hop D may read below the model's accuracy: a probe that loses more
-# than a tenth of what the read-out gets from the same residual stream is too weak to rest a "no" on.
-ADEQUACY_GAP = 0.1
-# Accuracy the composing heads' ablation must cost beyond the control's: a fifth of the answers, about 13
-# standard errors of an accuracy on 1024 examples and far below the ~0.8 a model that needs them loses.
-CAUSAL_MARGIN = 0.2
 MECHANISM_COLUMNS = ("mechanism", "reason", "farthest", "link_farthest", "reads", "link_next", "link_prev",
                      "composing_heads", "composing_drop", "control_drop", "probe_train", "probe_held_out",
                      "adequacy_gap")
@@ -57,12 +48,13 @@ MECHANISM_COLUMNS = ("mechanism", "reason", "farthest", "link_farthest", "reads"
 
 @dataclass(frozen=True)
 class MechanismRule:
-    """The classifier's thresholds (module docstring)."""
+    """The classifier's thresholds (module docstring). Their values, with the reason for each, are the
+    stacked-heads study's rules, and `RetrievalRules.mechanism_rule()` builds this from them: no default here."""
 
-    decode: float = 0.9  # held-out probe accuracy at which a hop counts as decoded
-    level: float = READ_LEVEL  # link attention to a chain neighbour that makes a head a composing head
-    gap: float = ADEQUACY_GAP  # largest accepted shortfall of the final query probe below the model's accuracy
-    margin: float = CAUSAL_MARGIN  # accuracy the composing heads' ablation must cost beyond the control's
+    decode: float  # held-out probe accuracy at which a hop counts as decoded (reach_accuracy)
+    level: float  # link attention to a chain neighbour that makes a head a composing head (read_level)
+    gap: float  # largest accepted shortfall of the final query probe below the model's accuracy (probe_gap)
+    margin: float  # accuracy the composing heads' ablation must cost beyond the control's (composition_margin)
 
 
 @dataclass(frozen=True)
@@ -91,7 +83,7 @@ class Mechanism:
     adequacy_gap: float  # the model's accuracy minus probe_held_out (NaN: no such probe)
 
 
-def farthest_hops(probes: pd.DataFrame, layers: int, threshold: float = 0.9, site: str = "query") -> tuple[int, ...]:
+def farthest_hops(probes: pd.DataFrame, layers: int, threshold: float, site: str = "query") -> tuple[int, ...]:
     """Farthest hop decoded at `site` (held-out accuracy ≥ `threshold`) after each layer 1..`layers`, from
     one model's rows of a `depth_probes` table (columns layer, site, hops, accuracy)."""
     decoded = probes[(probes.site == site) & (probes.accuracy >= threshold)]
@@ -99,13 +91,13 @@ def farthest_hops(probes: pd.DataFrame, layers: int, threshold: float = 0.9, sit
     return tuple(int(best.get(layer, 0)) for layer in range(1, layers + 1))
 
 
-def reading_levels(level: float = READ_LEVEL, uniform: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
+def reading_levels(level: float, uniform: tuple[float, float] = (0.0, 0.0)) -> tuple[float, float]:
     """The link_next and link_prev a head needs to count as reading that neighbour: `level`, and twice
     the uniform-attention reference (NaN: no visible pair, no extra demand)."""
     return max(level, 2.0 * np.nan_to_num(uniform[0], nan=0.0)), max(level, 2.0 * np.nan_to_num(uniform[1], nan=0.0))
 
 
-def composing_heads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
+def composing_heads(heads: pd.DataFrame, layers: int, level: float,
                     uniform: tuple[float, float] = (0.0, 0.0)) -> pd.DataFrame:
     """The rows of `heads` (a `head_scores` table) in layers before the last that read a chain neighbour
     from links (module docstring)."""
@@ -114,7 +106,7 @@ def composing_heads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
     return early[(early.link_next.fillna(0.0) >= need_next) | (early.link_prev.fillna(0.0) >= need_prev)]
 
 
-def link_reads(heads: pd.DataFrame, layers: int, level: float = READ_LEVEL,
+def link_reads(heads: pd.DataFrame, layers: int, level: float,
                uniform: tuple[float, float] = (0.0, 0.0)) -> tuple[str, float, float]:
     """Where links look in the layers before the last, from one model's rows of a `head_scores` table
     and the uniform-attention reference (link_next, link_prev): (reads, strongest link_next, strongest
@@ -139,7 +131,7 @@ def probe_adequacy(probes: pd.DataFrame, layers: int, hops: int, accuracy: float
     return float(row.train_accuracy.iloc[0]), held_out, accuracy - held_out
 
 
-def composition_needed(ablation: Ablation, margin: float = CAUSAL_MARGIN) -> bool:
+def composition_needed(ablation: Ablation, margin: float) -> bool:
     """Whether ablating the composing heads costs ≥ `margin` more than the control (a negative control drop
     counts as 0; a missing control or no composing head: False, since a missing value never passes)."""
     if np.isnan(ablation.control_drop):
@@ -148,10 +140,10 @@ def composition_needed(ablation: Ablation, margin: float = CAUSAL_MARGIN) -> boo
 
 
 def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, solved: bool, accuracy: float,
-             ablation: Ablation = Ablation(), rule: MechanismRule = MechanismRule(),
+             rule: MechanismRule, ablation: Ablation = Ablation(),
              uniform: tuple[float, float] = (0.0, 0.0)) -> Mechanism:
-    """The mechanism of one model (module docstring) from its probe rows, head-score rows, final accuracy
-    and the ablation of its composing heads; an unsolved model is `unsolved` whatever its evidence, which
+    """The mechanism of one model (module docstring) by `rule`, from its probe rows, head-score rows, final
+    accuracy and the ablation of its composing heads; an unsolved model is `unsolved` whatever its evidence, which
     is kept."""
     farthest = farthest_hops(probes, layers, rule.decode)
     link_farthest = farthest_hops(probes, layers, rule.decode, site="link")
@@ -195,11 +187,10 @@ def classify(probes: pd.DataFrame, heads: pd.DataFrame, layers: int, hops: int, 
                      float(ablation.control_drop), train, held_out, gap)
 
 
-def mechanism_table(probes: pd.DataFrame, heads: pd.DataFrame, models: pd.DataFrame,
-                    composition: pd.DataFrame | None = None, key: str = "run_id",
-                    rule: MechanismRule = MechanismRule()) -> pd.DataFrame:
+def mechanism_table(probes: pd.DataFrame, heads: pd.DataFrame, models: pd.DataFrame, rule: MechanismRule,
+                    composition: pd.DataFrame | None = None, key: str = "run_id") -> pd.DataFrame:
     """One row per model of `models` (columns `key`, layers, hops, solved, accuracy) with its Mechanism's
-    fields (MECHANISM_COLUMNS); `probes` and `heads` hold the rows of every model and `composition` (a
+    fields by `rule` (MECHANISM_COLUMNS); `probes` and `heads` hold the rows of every model and `composition` (a
     `composition_check` table: composing_heads, composing_drop, control_drop, uniform_next, uniform_prev)
     one row per model, told apart by `key`. A model without a composition row has no ablation evidence."""
     checks = composition.set_index(key) if composition is not None and key in composition else pd.DataFrame()
@@ -209,9 +200,9 @@ def mechanism_table(probes: pd.DataFrame, heads: pd.DataFrame, models: pd.DataFr
         name = getattr(model, key)
         check = checks.loc[name] if name in checks.index else pd.Series(dtype=object)
         found = classify(probe_groups.get(name, probes.iloc[:0]), head_groups.get(name, heads.iloc[:0]),
-                         int(model.layers), int(model.hops), bool(model.solved), float(model.accuracy),
+                         int(model.layers), int(model.hops), bool(model.solved), float(model.accuracy), rule,
                          Ablation(float(check.get("composing_drop", math.nan)), float(check.get("control_drop", math.nan))),
-                         rule, (float(check.get("uniform_next", 0.0)), float(check.get("uniform_prev", 0.0))))
+                         (float(check.get("uniform_next", 0.0)), float(check.get("uniform_prev", 0.0))))
         rows.append({key: name, "mechanism": found.mechanism, "reason": found.reason,
                      "farthest": _per_layer(found.farthest), "link_farthest": _per_layer(found.link_farthest),
                      "reads": found.reads, "link_next": found.link_next, "link_prev": found.link_prev,

@@ -24,7 +24,8 @@ from headway.model.hooks import Hook
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.arrays import encode_rows
 from headway.tasks.retrieval.positions import StatementMap
-from headway.tasks.retrieval.task import RetrievalBatch, RetrievalConfig
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.generator import RetrievalBatch
 
 
 def swap_roots(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap) -> tuple[np.ndarray, np.ndarray]:

@@ -14,8 +14,11 @@
    other; the member check keeps out a head that only shares the group's attention and does nothing.
    A causal head with no attention role keeps role `none` and is reported as unexplained.
 
+Both thresholds are the stacked-heads study's rules (`RetrievalRules.role_score` and `circuit_drop`, with
+their reasons and sweeps): the functions here take them as arguments and hold no value of their own.
+
 How well the circuit explains the model (sufficiency, a minimal subset, random head sets as the
-null) is `headway.tasks.retrieval.faithfulness`.
+null) is `headway.analysis.retrieval.faithfulness`.
 """
 
 from __future__ import annotations
@@ -25,11 +28,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # the study's rules read the thresholds when the CLI parses options; torch loads with analysis
-    from headway.tasks.retrieval.interventions import HeadIntervention
+if TYPE_CHECKING:  # the interventions load torch; the annotations need only their name
+    from headway.analysis.retrieval.interventions import HeadIntervention
 
-THRESHOLD = 0.4
-MIN_DROP = 0.05
 _FIXED_ROLES = {"link_next": "link→next", "link_prev": "link→prev", "query_class": "query→class",
                 "query_rule": "query→rule"}
 
@@ -41,8 +42,9 @@ def role_columns(scores: pd.DataFrame) -> dict[str, str]:
     return roles
 
 
-def attention_roles(scores: pd.DataFrame, threshold: float = THRESHOLD) -> pd.DataFrame:
-    """`scores` with `role` (step 1 of the rule) and `role_score` (the winning score) added."""
+def attention_roles(scores: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """`scores` with `role` (step 1 of the rule, at `threshold`: `RetrievalRules.role_score`) and `role_score`
+    (the winning score) added."""
     roles = role_columns(scores)
     query = {c: r for c, r in roles.items() if c.startswith("query_")}
     links = {c: r for c, r in roles.items() if c not in query}
@@ -62,9 +64,9 @@ def attention_roles(scores: pd.DataFrame, threshold: float = THRESHOLD) -> pd.Da
     return out
 
 
-def name_circuit(heads: pd.DataFrame, intervention: HeadIntervention, min_drop: float = MIN_DROP) -> pd.DataFrame:
+def name_circuit(heads: pd.DataFrame, intervention: HeadIntervention, min_drop: float) -> pd.DataFrame:
     """`heads` (scores with roles, and `mean_drop` from head_effects) with `group_drop`, `member_drop`,
-    `in_circuit` and `evidence` added (step 2 of the rule)."""
+    `in_circuit` and `evidence` added (step 2 of the rule, at `min_drop`: `RetrievalRules.circuit_drop`)."""
     out = heads.sort_values(["instance", "layer", "head"]).reset_index(drop=True)
     out["group_drop"], out["member_drop"] = group_drops(out, intervention)
     out["in_circuit"], out["evidence"] = circuit_membership(out, min_drop)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.roles import head_grid
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.roles import head_grid
 
 NULL_SEED = 7  # the random head sets, fixed so a study's tables are reproducible
 

@@ -21,7 +21,7 @@ import torch
 from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.positions import StatementMap, reading_positions
-from headway.tasks.retrieval.task import RetrievalConfig
+from headway.tasks.retrieval.config import RetrievalConfig
 
 
 @torch.no_grad()

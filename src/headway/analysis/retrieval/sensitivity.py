@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.roles import attention_roles, circuit_membership, group_drops, head_grid
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.roles import attention_roles, circuit_membership, group_drops, head_grid
 
 def circuit_sensitivity(heads: pd.DataFrame, intervention: HeadIntervention, role_thresholds: Sequence[float],
                         min_drops: Sequence[float]) -> pd.DataFrame:

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headway.tasks.retrieval.interventions import HeadIntervention
-from headway.tasks.retrieval.mechanism import READ_LEVEL, composing_heads
-from headway.tasks.retrieval.roles import head_grid
-from headway.tasks.retrieval.task import RetrievalConfig
+from headway.analysis.retrieval.interventions import HeadIntervention
+from headway.analysis.retrieval.mechanism import composing_heads
+from headway.analysis.retrieval.roles import head_grid
+from headway.tasks.retrieval.config import RetrievalConfig
 
 CONTROL_SETS = 16  # control head sets per model at most: the mean of 16 settles within a few points
 CONTROL_SEED = 11  # which control sets are drawn when there are more, fixed so tables are reproducible
@@ -57,9 +57,9 @@ def control_sets(composing: np.ndarray, most: int = CONTROL_SETS, seed: int = CO
 
 
 def composition_check(heads: pd.DataFrame, intervention: HeadIntervention, uniform: tuple[float, float],
-                      level: float = READ_LEVEL, most: int = CONTROL_SETS, seed: int = CONTROL_SEED) -> pd.DataFrame:
+                      level: float, most: int = CONTROL_SETS, seed: int = CONTROL_SEED) -> pd.DataFrame:
     """Per instance: its composing heads (from `heads`, a head-score table with link_next and link_prev, read
-    against `level` and the `uniform` reference), the answer's accuracy lost when they are mean-ablated at
+    against `level`, the study's `read_level`, and the `uniform` reference), the answer's accuracy lost when they are mean-ablated at
     link positions (`composing_drop`, NaN without any) and the mean lost over its control sets
     (`control_drop`, NaN without any), with the clean accuracy and the uniform reference."""
     n, layers, n_heads = intervention.model.n_instances, intervention.layers, intervention.heads

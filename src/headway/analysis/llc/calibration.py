@@ -18,7 +18,8 @@ import pandas as pd
 from torch import Tensor, nn
 
 from headway.analysis.llc import MIN_ACCEPTANCE, LossFn, SGLDSettings, anchor_loss, estimate_llc
-from headway.analysis.module_ensemble import ModuleLossFn
+from headway.analysis.llc.module_ensemble import ModuleLossFn
+from headway.progress import tracked
 
 STABLE = 0.1  # largest relative change of λ̂ when ε is halved or the batch doubled
 SETTING = ("lr", "batch_size", "localization")
@@ -40,13 +41,16 @@ def calibration_grid(base: SGLDSettings, lrs: Sequence[float], batch_sizes: Sequ
 
 def calibrate_sgld(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                    base: SGLDSettings, lrs: Sequence[float], batch_sizes: Sequence[int],
-                   localizations: Sequence[float], mask: Tensor | None = None) -> pd.DataFrame:
+                   localizations: Sequence[float], mask: Tensor | None = None, progress: bool = False,
+                   desc: str = "SGLD calibration") -> pd.DataFrame:
     """λ̂ of every instance of `model` at every setting of `calibration_grid` (inputs as `estimate_llc`),
-    judged by `judge_calibration`. Rows: lr, batch_size, localization, burnin, draws, instance,
-    llc_mean, llc_se, acceptance, n_warnings, warnings, lr_change, batch_change, stable, accepted."""
+    judged by `judge_calibration`, with a progress bar (`desc`, one tick a setting) when `progress`. Rows: lr,
+    batch_size, localization, burnin, draws, instance, llc_mean, llc_se, acceptance, n_warnings, warnings,
+    lr_change, batch_change, stable, accepted."""
     anchor = anchor_loss(model, loss_fn, tokens, targets, base)
     rows = []
-    for settings in calibration_grid(base, lrs, batch_sizes, localizations):
+    grid = calibration_grid(base, lrs, batch_sizes, localizations)
+    for settings in tracked(grid, desc, "setting", enabled=progress):
         frame = estimate_llc(model, loss_fn, tokens, targets, settings, mask=mask, init_loss=anchor).to_frame()
         rows.append(frame[["instance", "llc_mean", "llc_se", "acceptance", "n_warnings", "warnings"]].assign(
             **{name: getattr(settings, name) for name in (*SETTING, "burnin", "draws")}))

@@ -28,7 +28,7 @@ from headway.analysis.ablation import ablation_hooks, mean_outputs
 from headway.analysis.inputs import instance_tokens
 from headway.errors import ConfigError
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.sorting.circuits import LN_EPS, check_model, unembed_direction
+from headway.analysis.sorting.circuits import LN_EPS, check_model, unembed_direction
 from headway.tasks.sorting.task import SortingBatch, SortingConfig
 
 # Bins of the gap b_k − b_{k−1}: "first" is b₁ (no previous number); "0" occurs only with repeats;

@@ -1,0 +1,54 @@
+"""The rules of every study that judges a claim by the LLC: the limits beyond which an LLC estimate is no
+estimate (`headway.analysis.llc.validity.ValidityLimits`), so that a claim resting on invalid estimates is
+untestable by the study's own stated rules rather than by constants of the estimator.
+
+The values are the estimator's own defaults, read from `ValidityLimits` (defined there once, with the
+measurements behind them), and `LLCRules.llc_validity()` hands them back to the functions that decide
+validity: the LLC trace and the final LLC while analysing (stage "analysis": the stored `invalid` column and
+diagnostics depend on them, so they are part of the analysis stamp and of the trace's own), and
+`headway.analysis.development.development` while summarising. They are not swept: the diverging and
+climbing limits act only on the sampler's traces while analysing, and the sorting study's sensitivity table
+re-judges its mode claims alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
+from headway.studies.rules import Rules, rule
+
+_ESTIMATOR = ValidityLimits()  # the estimator's own limits: the rules' defaults
+
+
+@dataclass(frozen=True)
+class LLCRules(Rules):
+    """The LLC validity limits, shared by the studies whose claims read the LLC (sorting, modular)."""
+
+    llc_basin_fraction: float = rule(_ESTIMATOR.basin_fraction, "share of the way from L(w*) to a uniform guess's "
+                                     "loss the chains' mean draw loss may go before λ̂ describes the landscape at "
+                                     "large, not w*'s basin: the estimate is invalid (right estimates on the "
+                                     "known-answer suite reach 0.23)", stage="analysis", low=0.0,
+                                     was=BEFORE_SETTINGS["basin_fraction"])
+    llc_min_acceptance: float = rule(_ESTIMATOR.min_acceptance, "mean MALA acceptance below which the SGLD step is "
+                                     "too coarse and the estimate invalid (0.52-0.61 where λ̂ is right on the "
+                                     "known-answer suite; below 0.4 only where it was ≥ 29% off)",
+                                     stage="analysis", low=0.0, high=1.0,
+                                     was=BEFORE_SETTINGS["min_acceptance"])
+    llc_diverge_factor: float = rule(_ESTIMATOR.diverge_factor, "multiple of its typical rise plus early spread a "
+                                     "chain's last-quarter loss rise must exceed to count as diverging, which "
+                                     "makes the estimate invalid", stage="analysis", low=1.0,
+                                     was=BEFORE_SETTINGS["diverge_factor"])
+    llc_trend_fraction: float = rule(_ESTIMATOR.trend_fraction, "share of the mean loss rise by which the last "
+                                     "quarter of draws must exceed the third for the chains to be still climbing "
+                                     "(not settled: the estimate is invalid)", stage="analysis", low=0.0,
+                                     was=BEFORE_SETTINGS["trend_fraction"])
+    llc_trend_sigmas: float = rule(_ESTIMATOR.trend_sigmas, "standard errors across chains that climb must also "
+                                   "exceed, so that noise alone rarely invalidates an estimate", stage="analysis",
+                                   low=0.0, was=BEFORE_SETTINGS["trend_sigmas"])
+
+    def llc_validity(self) -> ValidityLimits:
+        """The LLC validity rules as the estimator and `invalid_reasons` take them."""
+        return ValidityLimits(basin_fraction=self.llc_basin_fraction, min_acceptance=self.llc_min_acceptance,
+                              diverge_factor=self.llc_diverge_factor, trend_fraction=self.llc_trend_fraction,
+                              trend_sigmas=self.llc_trend_sigmas)
