@@ -1,31 +1,30 @@
-"""The copy-suppression search (headway.studies.sorting.search, scripts/search_copy_suppression.py):
-a hand-set copy/suppress model is counted, the per-condition test says found / absent / not testable
-as its power allows, and a tiny grid trains, resumes and writes its tables."""
+"""The copy-suppression search (`headway study copy_search`, headway.studies.copy_search): a hand-set
+copy/suppress model is counted, the per-condition test says found / absent / not testable as its power allows,
+conditions are variant specs refused in one line when wrong, and a tiny search trains, resumes, classifies at an
+earlier step and writes its tables; the committed search re-judges to the verdicts it committed."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from headway.cli.main import main
+from headway.errors import ConfigError
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
-from headway.studies.sorting.search import (
-    condition_tests,
-    classify_runs,
-    fractions,
-    model_modes,
-    rejudge,
-    search_runs,
-    write_report,
-)
+from headway.studies.copy_search.plan import SearchPlan
+from headway.studies.copy_search.report import rejudge
+from headway.studies.copy_search.rules import SearchRules
+from headway.studies.copy_search.study import CopySearchStudy, model_modes
+from headway.studies.copy_search.tables import fractions
+from headway.studies.copy_search.verdicts import condition_tests
 from headway.tasks.sorting import SortingConfig
-from headway.train.sweep import train_runs
 
+RULES = SearchRules()
 TASK = SortingConfig(length=6, values=21)
 V = TASK.values
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,16 +73,16 @@ def _table(modes: list[str], condition: str = "c", accuracy: float = 1.0) -> pd.
 
 
 def test_a_hand_set_copy_suppression_model_is_classified_and_counted():
-    modes = model_modes(_hand_model(), TASK, examples=200)
+    modes = model_modes(_hand_model(), TASK, 200, RULES)
     assert modes["mode"].tolist() == ["splitting", "copy_suppression"]
     assert (modes.copier.iloc[1], modes.suppressor.iloc[1]) == (0, 1)
     assert modes.cs_at_copy.isna().iloc[0] and modes.cs_at_copy.iloc[1] == 2.0  # CS at every copy threshold swept
     assert modes.min_diagonal_score.iloc[0] > -1.0 and modes.min_diagonal_score.iloc[1] < -3.5
     table = pd.concat([_table([m], "hand") for m in modes["mode"]], ignore_index=True)
-    shares = fractions(table).set_index("mode")
+    shares = fractions(table, RULES).set_index("mode")
     assert shares.loc["copy_suppression", "count"] == 1 and shares.loc["copy_suppression", "n"] == 2
     assert shares.loc["copy_suppression", "ci_low"] < 0.5 < shares.loc["copy_suppression", "ci_high"]
-    tests = condition_tests(table)
+    tests = condition_tests(table, RULES)
     assert tests.copy_suppression.tolist() == [1]
 
 
@@ -92,7 +91,7 @@ def test_the_conditions_are_judged_together_and_refuted_only_with_power():
                        _table(["splitting"] * 8, "absent"),
                        _table(["splitting"] * 3, "few"),
                        _table(["copy_suppression"] * 3, "unlearned", accuracy=0.5)], ignore_index=True)
-    tests = condition_tests(table).set_index("condition")
+    tests = condition_tests(table, RULES).set_index("condition")
     # 3 testable conditions: the strictest Holm level is 0.05 / 3; 8 learned seeds need 3 CS models (power 0.86
     # at rate 0.5), 3 seeds cannot reach that level at all
     assert tests.status.to_dict() == {"found": "reproduced", "absent": "not reproduced", "few": "not testable",
@@ -101,51 +100,73 @@ def test_the_conditions_are_judged_together_and_refuted_only_with_power():
     assert tests.loc["found", "p_value"] == pytest.approx(1 - sum(
         __import__("math").comb(8, i) * 0.05 ** i * 0.95 ** (8 - i) for i in range(4)))
     assert tests.loc["unlearned", "learned"] == 0 and tests.loc["unlearned", "runs"] == 3
-    alone = condition_tests(_table(["splitting"] * 4, "absent"))  # 4 seeds: 2 needed at α, power 0.69 at rate 0.5
+    alone = condition_tests(_table(["splitting"] * 4, "absent"), RULES)  # 4 seeds: 2 needed at α, power 0.69 at rate 0.5
     assert alone.status.tolist() == ["not testable"] and alone.power.iloc[0] == pytest.approx(11 / 16)
-    rare = condition_tests(_table(["copy_suppression"] + ["splitting"] * 15))
+    rare = condition_tests(_table(["copy_suppression"] + ["splitting"] * 15), RULES)
     assert rare.status.tolist() == ["not reproduced"]  # one in 16 is not above a rare rate, and 16 runs had power
 
 
-def test_a_tiny_search_trains_resumes_and_writes_its_tables(tmp_path):
-    named = search_runs({"distinct": {}, "repeats": {"repeats": True, "weight_decay": 0.0}}, (0, 1), base=TINY)
-    assert [name for name, _ in named] == ["distinct"] * 2 + ["repeats"] * 2
-    runs = [run for _, run in named]
-    train_runs(runs, tmp_path / "runs", device="cpu", progress=False)
+def test_a_tiny_search_trains_resumes_classifies_and_writes_its_tables(tmp_path):
+    plan = SearchPlan("cpu", conditions=("distinct", "repeats+weight_decay=0"), seeds=(0, 1), settings=TINY,
+                      examples=100)
+    assert list(plan.grids()) == ["distinct", "repeats+weight_decay=0"]
+    report = CopySearchStudy(plan, tmp_path, device="cpu", progress=False).run()
     ensembles = layout.ensemble_dirs(tmp_path / "runs")
     stamp = {p: p.stat().st_mtime_ns for d in ensembles for p in (d / "checkpoints").iterdir()}
-    train_runs(runs, tmp_path / "runs", device="cpu", progress=False)  # done: nothing retrained
+    analysed = {p: p.stat().st_mtime_ns for p in (tmp_path / "analysis").rglob("*.parquet")}
+    CopySearchStudy(plan, tmp_path, device="cpu", progress=False).run()  # done: nothing trained or analysed again
     assert {p: p.stat().st_mtime_ns for d in ensembles for p in (d / "checkpoints").iterdir()} == stamp
-    table = classify_runs(tmp_path / "runs", named, examples=100)
-    early = classify_runs(tmp_path / "runs", named, examples=100, step=10)  # a search stopped at step 10
-    assert (early.step == 10).all() and (table.step == 20).all()
-    assert table.condition.tolist() == ["distinct"] * 2 + ["repeats"] * 2
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "analysis").rglob("*.parquet")} == analysed
+    table = pd.read_csv(tmp_path / "models.csv")
+    assert table.condition.tolist() == ["distinct"] * 2 + ["repeats+weight_decay=0"] * 2
     assert table.repeats.tolist() == [False, False, True, True] and table.weight_decay.tolist()[2:] == [0.0, 0.0]
     assert {"run_id", "seed", "val_accuracy", "learned", "mode", "cs_at_copy", "repeat_share",
             "suppress_fraction_h1"} <= set(table.columns)
+    assert (table.step == 20).all() and not table.learned.any()  # 20 steps learn nothing
     assert table.repeat_share.iloc[0] == 0.0 and table.repeat_share.iloc[2] > 0.0
     assert table.accuracy_gap0.iloc[:2].isna().all() and table.accuracy_gap0.iloc[2:].between(0, 1).all()
     assert table.accuracy_gap_other.between(0, 1).all()
-    table["val_accuracy"] = 1.0  # 20 steps learn nothing; count the modes anyway to check the tables
-    report = write_report(tmp_path, table, "cmd", 1.0)
+    tests = pd.read_csv(tmp_path / "tests.csv")
+    assert tests.condition.tolist() == ["distinct", "repeats+weight_decay=0"] and set(tests.status) == {"not testable"}
+    assert "repeats True, weight_decay 0.0" in report.read_text()
+    early = tmp_path / "early"  # a search stopped at step 10: its models classified there, from the same runs
+    CopySearchStudy(SearchPlan("cpu", plan.conditions, plan.seeds, TINY, 100, classify_step=10), early,
+                    device="cpu", progress=False).run()
+    assert (pd.read_csv(early / "models.csv").step == 10).all()
+
+    table["val_accuracy"] = 1.0  # count the modes anyway to check the tables
+    layout.write_text(tmp_path / "models.csv", table.to_csv(index=False))
+    rejudged = rejudge(tmp_path).read_text()  # from models.csv alone, as for a committed folder
     shares = pd.read_csv(tmp_path / "mode_fractions.csv")
     assert list(shares.columns) == ["condition", "mean_gap", "weight_decay", "mode", "count", "n", "fraction",
                                     "ci_low", "ci_high"]
-    assert shares.groupby("condition")["count"].sum().to_dict() == {"distinct": 2, "repeats": 2}
-    tests = pd.read_csv(tmp_path / "tests.csv")
-    assert tests.condition.tolist() == ["distinct", "repeats"] and set(tests.status) == {"not testable"}
-    text = report.read_text()
-    assert "| distinct | 2 |" in text and "not testable in: distinct, repeats" in text
-    rejudged = rejudge(tmp_path, "cmd").read_text()  # from models.csv alone, as for a committed folder
-    assert pd.read_csv(tmp_path / "tests.csv").equals(tests) and "re-judged from models.csv" in rejudged
-    assert rejudged.split("## Conditions")[1] == text.split("## Conditions")[1]
+    assert shares.groupby("condition")["count"].sum().to_dict() == {"distinct": 2, "repeats+weight_decay=0": 2}
+    assert "re-judged from models.csv" in rejudged and "| distinct | 2 |" in rejudged
 
 
-def test_the_script_refuses_an_unknown_condition(capsys):
-    spec = importlib.util.spec_from_file_location("search_script", ROOT / "scripts" / "search_copy_suppression.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.seed_list("0..3") == (0, 1, 2, 3) and script.seed_list("2,5") == (2, 5)
-    with pytest.raises(SystemExit):
-        script.main(["--out", "unused", "--conditions", "nonesuch"])
-    assert "unknown condition" in capsys.readouterr().err
+def test_the_committed_search_rejudges_to_the_verdicts_it_committed(tmp_path):
+    committed = ROOT / "results" / "sorting-copy-search-cpu"
+    for name in ("models.csv",):
+        (tmp_path / name).write_bytes((committed / name).read_bytes())
+    rejudge(tmp_path)
+    assert pd.read_csv(tmp_path / "tests.csv").equals(pd.read_csv(committed / "tests.csv"))
+    assert pd.read_csv(tmp_path / "mode_fractions.csv").equals(pd.read_csv(committed / "mode_fractions.csv"))
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("nonesuch", "'nonesuch' is neither a key=value setting nor one of distinct, repeats"),
+    ("repeats+", "has an empty part"),
+    ("repeats+lr=fast", "lr got 'fast'; expected a number"),
+    ("distinct+colour=1", "'colour' is no run setting"),
+    ("distinct+seed=3", "sets the seed; the study's seeds are its --seed axis"),
+])
+def test_a_bad_condition_is_refused_in_one_line_before_anything_trains(tmp_path, capsys, spec, message):
+    code = main(["study", "copy_search", "--out", str(tmp_path / "s"), "--condition", spec, "--dry-run"])
+    error = capsys.readouterr().err
+    assert code != 0 and message in error and "Traceback" not in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+
+
+def test_two_conditions_with_the_same_runs_are_refused():
+    with pytest.raises(ConfigError, match="two conditions give the same runs"):
+        SearchPlan("cpu", conditions=("distinct", "distinct+weight_decay=0.005"), seeds=(0,), settings=TINY)

@@ -36,7 +36,6 @@ NOT_HERE = {
 # Commands another test runs as written.
 ELSEWHERE = {
     "lm-eval run": ("test_llm_groups.py", "lm-eval run --model hf --model_args pretrained=MODEL"),
-    "python scripts/search_copy_suppression.py": ("test_copy_search.py", "search_copy_suppression.py"),
 }
 # Paths and shell variables of another machine, and a folder no command before it makes.
 HERE = {"/shared/$USER/study": "shared/study", "/shared/runs/depth": "shared/depth", "/shared/study": "shared/study",

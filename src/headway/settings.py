@@ -20,6 +20,54 @@ from headway.errors import ConfigError
 T = TypeVar("T", bound="Settings")
 
 
+TRUE = ("true", "yes", "on", "1")
+FALSE = ("false", "no", "off", "0")
+# Bounds on an integer's spelling, so that `1e999999999` or a 100,000-digit number is refused at once instead of
+# being spelt out: its length in characters, and its decimal exponent (a float's largest, the bound integers had
+# when they were read as floats; each setting's own range refuses the large values that pass).
+MAX_NUMBER_TEXT = 400
+MAX_EXPONENT = 308
+
+
+def parse_setting(flag: str, text: str, kind: type) -> Any:
+    """One value of a setting of type `kind` from its text (`flag`: how the setting is named in a refusal): true or
+    false, 'none' (None) for a setting other than a string, an exact whole number, a finite float, or the text."""
+    text = text.strip()
+    if kind is bool:
+        if text.lower() in TRUE:
+            return True
+        if text.lower() in FALSE:
+            return False
+        raise ConfigError(f"{flag} got {text!r}; use true or false")
+    if kind is not str and text.lower() == "none":  # 'none' is a word for choices such as curriculum
+        return None
+    try:
+        if kind is int:
+            return whole_number(text)
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"{flag} got {text!r}; expected {'an integer' if kind is int else 'a number'}") from None
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"{flag} got {text!r}; expected a finite number")
+    return value
+
+
+def whole_number(text: str) -> int:
+    """The integer `text` spells exactly: `2`, `2.0`, `2e4`; ValueError for anything whose decimal value is not a
+    whole number (`2.5`, `2.0000000000000001`, which a float would round to 2) or not finite."""
+    from decimal import Decimal, InvalidOperation
+
+    if len(text) > MAX_NUMBER_TEXT:
+        raise ValueError(text)
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise ValueError(text) from None
+    if not value.is_finite() or value.adjusted() > MAX_EXPONENT or value != value.to_integral_value():
+        raise ValueError(text)
+    return int(value)
+
+
 def is_integer(value: Any) -> bool:
     """Whether `value` is a whole number: a Python or numpy integer, not a boolean."""
     return isinstance(value, Integral) and not isinstance(value, bool | np.bool_)

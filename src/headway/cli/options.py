@@ -16,56 +16,15 @@ from headway.compute import ATTENTION_CHOICES, COMPILE_MODES, PRECISIONS, Comput
 from headway.errors import ConfigError
 from headway.execution import EXECUTORS, Executor, make_executor
 from headway.limits import MAX_LIST
+from headway.settings import parse_setting
 
 if TYPE_CHECKING:  # the prompt questions (numpy) load with the commands that ask them
     from headway.tasks.retrieval.prompts.questions import QuestionSet
 
-TRUE = ("true", "yes", "on", "1")
-FALSE = ("false", "no", "off", "0")
-# Bounds on an integer's spelling, so that `1e999999999` or a 100,000-digit number is refused at once instead of
-# being spelt out: its length in characters, and its decimal exponent (a float's largest, the bound integers had
-# when they were read as floats; each setting's own range refuses the large values that pass).
-MAX_NUMBER_TEXT = 400
-MAX_EXPONENT = 308
-
 
 def parse_value(name: str, text: str, kind: type) -> Any:
-    """One value of setting `name` from the command line; a float must be finite."""
-    text = text.strip()
-    flag = option_flag(name)
-    if kind is bool:
-        if text.lower() in TRUE:
-            return True
-        if text.lower() in FALSE:
-            return False
-        raise ConfigError(f"{flag} got {text!r}; use true or false")
-    if kind is not str and text.lower() == "none":  # 'none' is a word for choices such as curriculum
-        return None
-    try:
-        if kind is int:
-            return whole_number(text)
-        value = kind(text)
-    except ValueError:
-        raise ConfigError(f"{flag} got {text!r}; expected {'an integer' if kind is int else 'a number'}") from None
-    if kind is float and not math.isfinite(value):
-        raise ConfigError(f"{flag} got {text!r}; expected a finite number")
-    return value
-
-
-def whole_number(text: str) -> int:
-    """The integer `text` spells exactly: `2`, `2.0`, `2e4`; ValueError for anything whose decimal value is not a
-    whole number (`2.5`, `2.0000000000000001`, which a float would round to 2) or not finite."""
-    from decimal import Decimal, InvalidOperation
-
-    if len(text) > MAX_NUMBER_TEXT:
-        raise ValueError(text)
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise ValueError(text) from None
-    if not value.is_finite() or value.adjusted() > MAX_EXPONENT or value != value.to_integral_value():
-        raise ValueError(text)
-    return int(value)
+    """One value of setting `name` from the command line (`headway.settings.parse_setting`, named by its flag)."""
+    return parse_setting(option_flag(name), text, kind)
 
 
 def parse_values(name: str, text: str, kind: type) -> list[Any]:

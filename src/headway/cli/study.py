@@ -17,11 +17,11 @@ from headway.cli.options import (OutputPath, check_compute, check_distinct, chec
                                  time_limit_params)
 from headway.errors import ConfigError
 from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
+from headway.runs.config import flat_setting_types
 from headway.runs.owner import study_kind
 from headway.settings import check_choice, check_int, field_types
 from headway.studies.base import Plan, Study
 from headway.studies.registry import study_class, study_names
-from headway.tasks.registry import setting_types
 
 
 class StudyGroup(click.Group):
@@ -68,7 +68,7 @@ def study_command(cls: type[Study]) -> click.Command:
     """The `headway study NAME` command of study `cls`."""
     fields = plan_options(cls.plan_class)
     kinds = field_types(cls.plan_class)
-    run_kinds = setting_types() | _run_types()
+    run_kinds = flat_setting_types()
 
     def command(scale: str, out: Path, device: str, dry_run: bool, progress: bool, max_ensemble: int | None,
                 memory_check: bool, **given: str | None) -> None:
@@ -199,13 +199,6 @@ def _check_overrides(overrides: dict[str, Any], plan: Plan, flags: dict[str, str
         if outside:
             raise ConfigError(f"{flags[name]} {outside[0]} is not among the {flags[within]} values of the grid "
                               f"({', '.join(map(str, allowed))}); give {flags[name]} from those")
-
-
-def _run_types() -> dict[str, type]:
-    from headway.model.config import ModelConfig
-    from headway.recipe import TrainConfig
-
-    return {**field_types(ModelConfig), **field_types(TrainConfig)}
 
 
 def _describe(plan: Plan, max_ensemble: int | None = None) -> None:

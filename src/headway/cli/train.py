@@ -12,13 +12,11 @@ import click
 from headway.cli.options import (OutputPath, check_compute, check_training_memory, compute_options,
                                  executor_options, memory_check_options, parse_values, pop_compute, pop_deadline,
                                  pop_executor, renamed_options, sweep_options, time_limit_options)
-from headway.model.config import ModelConfig
-from headway.recipe import TrainConfig
+from headway.runs.config import flat_setting_types
 from headway.runs.owner import TRAIN, claim
-from headway.settings import field_types
-from headway.tasks.registry import DEFAULT_TASK, TASKS, scale_settings, setting_types
+from headway.tasks.registry import DEFAULT_TASK, TASKS, scale_settings
 
-SETTINGS = {**setting_types(), **field_types(ModelConfig), **field_types(TrainConfig), "seed": int, "data_seed": int}
+SETTINGS = flat_setting_types()
 
 
 def _help(name: str) -> str:

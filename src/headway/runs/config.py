@@ -20,9 +20,9 @@ from headway.execution.sizes import balanced_sizes
 from headway.limits import MAX_RUNS, MAX_SEED
 from headway.model.config import ModelConfig
 from headway.recipe import TrainConfig
-from headway.settings import check_int
+from headway.settings import check_int, field_types
 from headway.tasks.base import Task
-from headway.tasks.registry import DEFAULT_TASK, task_class, task_name_of
+from headway.tasks.registry import DEFAULT_TASK, setting_types, task_class, task_name_of
 
 if TYPE_CHECKING:
     from headway.runs.examples import Examples
@@ -173,3 +173,8 @@ def expand_grid(base: dict[str, Any], axes: dict[str, list[Any]]) -> list[RunCon
             seen.add(value)
         combos = [{**c, key: v} for c in combos for v in values]
     return [RunConfig.from_flat(c) for c in combos]
+
+
+def flat_setting_types() -> dict[str, type]:
+    """Every flat run setting's name -> value type: each registered task's, the model's, the recipe's, the seeds."""
+    return {**setting_types(), **field_types(ModelConfig), **field_types(TrainConfig), "seed": int, "data_seed": int}
