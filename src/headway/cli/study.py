@@ -18,9 +18,10 @@ from headway.cli.options import (OutputPath, check_compute, check_distinct, chec
 from headway.errors import ConfigError
 from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
 from headway.runs.config import flat_setting_types
-from headway.runs.owner import study_kind
+from headway.runs.owner import claim, study_kind
 from headway.settings import check_choice, check_int, field_types
 from headway.studies.base import Plan, Study
+from headway.studies.cells import cell_name, setting_cells, write_cell_tables
 from headway.studies.registry import study_class, study_names
 
 
@@ -82,25 +83,38 @@ def study_command(cls: type[Study]) -> click.Command:
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
         _check_overrides(overrides, plan, {field.name: option_flag(name) for name, field in fields.items()})
-        settings = {name: parse_value(name, text, run_kinds[name])
-                    for name, text in given.items() if text is not None and name in cls.run_settings}
-        plan = dataclasses.replace(plan, **overrides).with_settings(**settings)  # None is a value here
-        runs = plan.runs()
+        lists = {name: parse_values(name, text, run_kinds[name])
+                 for name, text in given.items() if text is not None and name in cls.run_settings}
+        plan = dataclasses.replace(plan, **overrides)
+        cells = setting_cells(lists)  # one study per combination of the listed run settings
+        plans = [plan.with_settings(**cell) for cell in cells]  # None is a value here
+        runs = [run for each in plans for run in each.runs()]
         if len(runs) > MAX_RUNS:
             raise ConfigError(f"the study's grids hold {len(runs)} runs; one command trains at most {MAX_RUNS}")
+        sweeping = len(cells) > 1
         if dry_run:  # it joins no cluster, and may plan for another machine: the device need not be this one's
             check_compute(compute, executor, device, here=False)
-            _describe(plan, max_ensemble)
+            for cell, each in zip(cells, plans, strict=True):
+                if sweeping:
+                    click.echo(f"cell {cell_name(cell)}:")
+                _describe(each, max_ensemble)
             return
         executor.prepare(device)
         check_compute(compute, executor, device)
-        check_training_memory(runs, executor, device, memory_check)
-        click.echo(f"study {cls.name}, scale {scale}: {len(runs)} runs into {out}", err=True)
-        report = cls(plan, out, device=device, progress=progress, executor=executor, compute=compute,
-                     deadline=deadline, max_ensemble=max_ensemble).run()
-        click.echo(verdict_table(out / "summary.json"))
-        written = {"report": report, "summary": out / "summary.json", "results": out / "results.csv"}
-        click.echo("\n".join(f"{what}: {path}" for what, path in written.items() if Path(path).is_file()))
+        for each in plans:  # the cells train one after another
+            check_training_memory(each.runs(), executor, device, memory_check)
+        if sweeping:
+            claim(out, study_kind(cls.name))
+        for cell, each in zip(cells, plans, strict=True):
+            folder = out / cell_name(cell) if sweeping else out
+            click.echo(f"study {cls.name}, scale {scale}: {len(each.runs())} runs into {folder}", err=True)
+            report = cls(each, folder, device=device, progress=progress, executor=executor, compute=compute,
+                         deadline=deadline, max_ensemble=max_ensemble).run()
+            click.echo(verdict_table(folder / "summary.json"))
+            written = {"report": report, "summary": folder / "summary.json", "results": folder / cls.results_file}
+            click.echo("\n".join(f"{what}: {path}" for what, path in written.items() if Path(path).is_file()))
+        if sweeping:
+            click.echo("\n".join(f"cells: {path}" for path in write_cell_tables(out, cells, cls.results_file)))
 
     params = [
         click.Option(["--scale"], type=click.Choice(cls.scales), default=cls.scales[0], show_default=True,
@@ -116,7 +130,8 @@ def study_command(cls: type[Study]) -> click.Command:
     params += [setting_option(name, kinds[field.name], f"{field.metadata['help']} [default: the scale's]")
                for name, field in fields.items()]
     params += [click.Option([option_flag(name), name], default=None, metavar="V",
-                            help=f"Override the {name.replace('_', ' ')} of every run.") for name in cls.run_settings]
+                            help=f"Override the {name.replace('_', ' ')} of every run; a comma list (or A..B) runs one study "
+                          "per value, each in a folder of its own.") for name in cls.run_settings]
     params += [
         click.Option(["--dry-run"], is_flag=True, help="Print the grid, its ensembles and its training cost; train nothing."),
         click.Option(["--progress/--no-progress"], default=True, help="Progress bars on a terminal."),

@@ -121,6 +121,7 @@ class Study(ABC):
     schemas: ClassVar[dict[str, TableSchema]]  # each per-ensemble analysis table's columns, checked on write and read
     version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
     rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
+    results_file: ClassVar[str] = "results.csv"  # its per-run table, which a sweep of cells gathers (`studies.cells`)
 
     def __init__(self, plan: Plan, out: Path | str, device: str = "auto", progress: bool = True,
                  executor: Executor | None = None, compute: ComputeSettings | None = None,

@@ -42,6 +42,7 @@ class CopySearchStudy(Study):
     schemas = SCHEMAS
     version = 1
     rules_class = SearchRules
+    results_file = "models.csv"
     plan: SearchPlan
     rules: SearchRules
 
