@@ -141,6 +141,10 @@ def test_verdict_reports_decline_and_the_last_hop_above_chance():
         "or more with 80% power, so these null results do not rule out a lower one")
     tested = chance_tests(results).query("formulation == 'F1' and metric == 'acc' and hops == 3").iloc[0]
     assert tested.p_chance < 0.05 and not tested.above  # 16 of 40 passes alone, not among 36 cells
+    statuses = chance_tests(results).set_index(["formulation", "metric", "hops"]).status
+    assert statuses[("F1", "acc", 1)] == "reproduced" and statuses[("F1", "acc", 3)] == "not testable"
+    assert statuses[("F3", "acc", 4)] == "reproduced"
+    assert (chance_tests(results).above == (statuses == "reproduced").to_numpy()).all()
     assert verdict(results, "F3", "acc") == (
         "F3 boxes: acc 1.00 at 1 hop → 0.95 at 4 hops (chance 0.25); "
         f"{ABOVE} up to 4 hops, the most tested")
@@ -158,6 +162,8 @@ def test_verdict_at_chance_and_with_gaps():
         f"not above chance at any hop count {RULE.format('2 cells')}: smallest uncorrected p = 0.45; "
         "with 100 questions per cell the test detects a true accuracy of 0.39 or more with 80% power, so these "
         "null results do not rule out a lower one")
+    # 100 questions detect chance + 0.3 (the stated effect) with power ≥ 0.8: not above chance is a finding here
+    assert chance_tests(at_chance).status.tolist() == ["not reproduced", "not reproduced"]
     gaps = summarise(pd.DataFrame([row for hops, count in zip(range(1, 5), (25, 60, 25, 60))
                                    for row in cell_rows("F4", hops, 100, {"acc": count}, 0.25)]))
     assert f"above chance {RULE.format('4 cells')} only at 2, 4 hops; elsewhere, with 100 questions" in verdict(
