@@ -9,12 +9,13 @@ and the given values applied in order, so a later part wins. Values are read wit
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from headway.errors import ConfigError
-from headway.runs.config import flat_setting_types
+from headway.runs.config import RunConfig, flat_setting_types
 from headway.settings import parse_setting
+
 
 JOIN = "+"
 
@@ -46,3 +47,20 @@ def variant_settings(spec: str, named: Mapping[str, Mapping[str, Any]]) -> dict[
 def described(spec: str, named: Mapping[str, Mapping[str, Any]]) -> str:
     """A spec's settings in words, for tables and reports: 'repeats true, weight_decay 0', or 'the base recipe'."""
     return ", ".join(f"{key} {value}" for key, value in variant_settings(spec, named).items()) or "the base recipe"
+
+
+def variant_grids(base: Mapping[str, Any], specs: Sequence[str], named: Mapping[str, Mapping[str, Any]],
+                  seeds: Sequence[int], what: str) -> dict[str, list[RunConfig]]:
+    """One grid per spec, its runs over `base` in seed order; every setting checked, and two specs that give the
+    same runs refused (`what`: how the study calls a spec, in the refusal)."""
+    grids = {spec: [RunConfig.from_flat({**base, **variant_settings(spec, named), "seed": seed}) for seed in seeds]
+             for spec in specs}
+    ids = [run.run_id for runs in grids.values() for run in runs]
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"two {what}s give the same runs; give each {what} different settings")
+    return grids
+
+
+def spec_of(grids: Mapping[str, Sequence[RunConfig]]) -> dict[str, str]:
+    """Run id -> the spec of the grid it is in."""
+    return {run.run_id: spec for spec, runs in grids.items() for run in runs}

@@ -14,7 +14,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.settings import check_int
 from headway.studies.base import Plan, axis
-from headway.studies.variants import variant_settings
+from headway.studies.variants import variant_grids, variant_settings
 
 SCALES = ("cpu",)
 # The named conditions, fixed before training (docs/study-sorting.md gives the reasons). The recipe's lists are
@@ -62,18 +62,11 @@ class SearchPlan(Plan):
         check_int("examples", self.examples, 1)
         if self.classify_step is not None:
             check_int("classify_step", self.classify_step, 1)
-        ids = [run.run_id for run in self.runs()]  # every setting checked before anything trains
-        if len(set(ids)) != len(ids):
-            raise ConfigError("two conditions give the same runs; give each condition different settings")
+        self.grids()  # every setting checked, and no two conditions alike, before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid per condition, its runs in seed order."""
-        return {spec: [RunConfig.from_flat({**self.settings, **variant_settings(spec, CONDITIONS), "seed": seed})
-                       for seed in self.seeds] for spec in self.conditions}
-
-    def condition_of(self) -> dict[str, str]:
-        """Run id -> the condition it was trained under."""
-        return {run.run_id: spec for spec, runs in self.grids().items() for run in runs}
+        return variant_grids(self.settings, self.conditions, CONDITIONS, self.seeds, "condition")
 
     def with_settings(self, **settings: Any) -> SearchPlan:
         """A copy with flat run settings of the base recipe changed (None leaves one as it is)."""

@@ -14,7 +14,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.settings import check_choice, check_int
 from headway.studies.base import Plan, axis
-from headway.studies.variants import variant_settings
+from headway.studies.variants import variant_grids, variant_settings
 from headway.tasks.registry import scale_settings
 
 SCALES = ("cpu",)
@@ -107,19 +107,12 @@ class RecipePlan(Plan):
         for seed in self.seeds:
             check_int("seed", seed, 0)
         check_int("probe_examples", self.probe_examples, 0)
-        ids = [run.run_id for run in self.runs()]  # every setting checked before anything trains
-        if len(set(ids)) != len(ids):
-            raise ConfigError("two variants give the same runs; give each variant different settings")
+        self.grids()  # every setting checked, and no two variants alike, before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid per variant, its runs in seed order."""
-        base = {**BASES[self.base][0](), **self.settings}
-        return {spec: [RunConfig.from_flat({**base, **variant_settings(spec, VARIANTS), "seed": seed})
-                       for seed in self.seeds] for spec in self.variants}
-
-    def variant_of(self) -> dict[str, str]:
-        """Run id -> the variant it was trained as."""
-        return {run.run_id: spec for spec, runs in self.grids().items() for run in runs}
+        return variant_grids({**BASES[self.base][0](), **self.settings}, self.variants, VARIANTS, self.seeds,
+                             "variant")
 
     def with_settings(self, **settings: Any) -> RecipePlan:
         """A copy with run settings over the base changed (None leaves one as it is)."""

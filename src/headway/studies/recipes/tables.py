@@ -11,6 +11,7 @@ import pandas as pd
 from headway.studies.base import StudyData
 from headway.studies.recipes.plan import RecipePlan
 from headway.studies.recipes.rules import RecipeRules
+from headway.studies.variants import spec_of
 
 
 @dataclass
@@ -27,7 +28,7 @@ class RecipeTables:
 def summarise(data: StudyData) -> RecipeTables:
     """The sweep's tables from its gathered data."""
     plan: RecipePlan = data.plan
-    variant = plan.variant_of()
+    variant = spec_of(plan.grids())
     curves = data.metrics[data.metrics.run_id.isin(variant)].assign(variant=lambda f: f.run_id.map(variant))
     runs = run_table(plan, curves, data.rules)
     probes = data.tables["probes"]

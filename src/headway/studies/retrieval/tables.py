@@ -156,7 +156,7 @@ def mechanism_table(final: pd.DataFrame, heads: pd.DataFrame, circuit: pd.DataFr
     table = final[["run_id", *FACETS, "hops", "layers", "seed", "val_accuracy", "solved", "chance"]].merge(
         circuit[["run_id", *CIRCUIT_COLUMNS]], on="run_id")
     table["model_heads"] = table.run_id.map(final.set_index("run_id").eval("layers * heads")).astype(int)
-    table["circuit_roles"] = table.run_id.map(signature).fillna("")
+    table["circuit_roles"] = table.run_id.map(signature).astype(object).fillna("")
     table["max_other_head_drop"] = table.run_id.map(worst_other).fillna(0.0)
     table["circuit_carries_answer"] = carries_answer(table, rules)
     return table
