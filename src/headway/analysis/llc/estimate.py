@@ -19,11 +19,13 @@ from headway.analysis.llc.diagnostics import diagnose
 from headway.analysis.llc.memory import instance_groups
 from headway.analysis.llc.prepare import checked_loss, prepared
 from headway.analysis.llc.replication import replicate
+from headway.analysis.llc.resolution import MAX_SHORTFALL, Resolution, resolution
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
 from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
 from headway.analysis.llc.module_ensemble import ModuleLossFn, module_mode
 from headway.errors import ConfigError
+from headway.settings import check_number
 from headway.execution.allocator import keep_freed_memory
 
 
@@ -43,6 +45,8 @@ class LLCResult:
     acceptance: np.ndarray  # [E] mean MALA acceptance of the SGLD steps after burn-in, over finite chains
     chance_loss: np.ndarray | None = None  # [E] loss of a uniform guess (NaN: not given); None is read as all NaN
     validity: ValidityLimits = field(default_factory=ValidityLimits)  # the limits `invalid` and the warnings applied
+    resolution: Resolution | None = None  # what the settings resolve of the basin (`resolution.resolution`), if asked
+    max_shortfall: float = MAX_SHORTFALL  # the share of the curved basin left unseen beyond which λ̂ is a lower bound
 
     def __post_init__(self) -> None:
         if self.chance_loss is None:
@@ -68,7 +72,9 @@ class LLCResult:
         """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
         draw_loss, chance_loss, basin_fraction, llc_chain{c}, n_warnings, warnings (that instance's
         diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`
-        at the result's `validity` limits)."""
+        at the result's `validity` limits); with a `resolution`, its columns (quadratic_llc, quadratic_limit,
+        unresolved_directions, negative_directions, shortfall, spectrum) and limited (why λ̂ is only a lower bound,
+        "" when the settings resolve the basin: `Resolution.limited` at `max_shortfall`)."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
                               "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
@@ -80,6 +86,9 @@ class LLCResult:
         frame["n_warnings"] = [len(messages) for messages in own]
         frame["warnings"] = ["; ".join(messages) for messages in own]
         frame["invalid"] = invalid_reasons(frame, self.validity)
+        if self.resolution is not None:
+            frame = frame.merge(self.resolution.to_frame(), on="instance")
+            frame["limited"] = self.resolution.limited(self.max_shortfall)
         return frame
 
 
@@ -88,7 +97,8 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
                  desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
                  precision: str = "fp32", max_rows: int | None = None,
                  chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None,
-                 validity: ValidityLimits = ValidityLimits()) -> LLCResult:
+                 validity: ValidityLimits = ValidityLimits(), resolve: bool = False,
+                 max_shortfall: float = MAX_SHORTFALL) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
 
@@ -118,11 +128,17 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     or one per instance) is the loss of a uniform guess on this pool; given, the diagnostics and
     `LLCResult.to_frame().invalid` say when the chains left the basin of w* for it. `validity` holds the limits
     by which the diagnostics and `invalid` judge the chains (`validity.ValidityLimits`; by default the
-    estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`).
+    estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`). With
+    `resolve`, the Hessian at w* says what these settings can resolve (`headway.analysis.llc.resolution`): the
+    result's `resolution`, and its frame's `limited` where more than `max_shortfall` of the curved basin is unseen.
     """
     with module_mode(model, train_mode, settings.seed):
-        return _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
-                         max_rows, chance_loss, validity)
+        result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
+                           max_rows, chance_loss, validity)
+        if resolve:
+            result = replace(result, resolution=resolution(model, loss_fn, tokens, targets, settings, mask),
+                             max_shortfall=check_number("max_shortfall", max_shortfall, 0.0, 1.0))
+    return result
 
 
 def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,

@@ -13,6 +13,14 @@ minimum of the sampled loss, as λ̂ assumes) and the pool loss is ½|W − W*|�
 The loss is the Gaussian negative log-likelihood with unit noise, ½|y − ŷ|² per example up to a constant,
 so nβ·(E[L] − L(w*)) estimates λ with L as the per-example negative log-likelihood that n·β tempers.
 The chance loss (for the basin check) is that of the zero map, ½·mean |y|².
+
+A nonlinear member, `TanhTeacher`: a one-hidden-layer tanh network with biases (3-4-2, d = 26) whose teacher has
+distinct hidden directions and unsaturated units, so the model is locally regular at w* and λ = d/2 = 13. Its w* is
+the pool loss's own minimum, found from the teacher in float64 (the noise moves it off the teacher). Its Hessian
+spans three decades (smallest curvatures about 0.003, largest about 3), which is what it is there for: at the
+default settings (γ/nβ ≈ 0.024) several of its directions are below what the sampler can see, λ̂ reads about 10,
+and the resolution check (`headway.analysis.llc.resolution`) must say so; at settings with nβ·h ≫ γ in every
+direction it reads 13.
 """
 
 from __future__ import annotations
@@ -138,6 +146,65 @@ def known_pool(model: KnownModel, size: int, seed: int,
     noise -= basis @ (basis.T @ noise)
     y = x @ (left @ torch.diag(singular) @ right.T) + noise
     return DeepLinear(layers), x.float().unsqueeze(0).to(device), y.float().unsqueeze(0).to(device)
+
+
+@dataclass(frozen=True)
+class TanhTeacher:
+    """x ∈ R^inputs → W₂·tanh(W₁x + b₁) + b₂ ∈ R^outputs at a generic teacher (module docstring): λ = d/2."""
+
+    inputs: int = 3
+    hidden: int = 4
+    outputs: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"tanh {self.inputs}-{self.hidden}-{self.outputs}"
+
+    @property
+    def parameters(self) -> int:
+        return (self.inputs + 1) * self.hidden + (self.hidden + 1) * self.outputs
+
+    @property
+    def truth(self) -> float:
+        return self.parameters / 2
+
+
+def plain_gaussian_nll(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """Mean over the batch of ½|y − ŷ|² for a plain module (`gaussian_nll` of one instance)."""
+    return 0.5 * (model(x) - y).pow(2).sum(dim=-1).mean()
+
+
+def tanh_pool(known: TanhTeacher, size: int, seed: int) -> tuple[nn.Module, Tensor, Tensor]:
+    """The network at w* (float32) and its pool x [size, inputs], y [size, outputs]: inputs standard normal, targets
+    the teacher's plus unit Gaussian noise; the teacher's hidden directions orthonormal (scaled 1.5), its hidden
+    biases spread over [−0.5, 0.5], its output weights standard normal, all from `seed`; w* the float64 minimum of
+    the pool's loss reached from the teacher by L-BFGS."""
+    if known.hidden < known.inputs:
+        raise ConfigError(f"hidden = {known.hidden} is too small; the teacher's hidden directions need hidden ≥ "
+                          f"inputs = {known.inputs}")
+    g = torch.Generator().manual_seed(seed)
+    net = nn.Sequential(nn.Linear(known.inputs, known.hidden), nn.Tanh(), nn.Linear(known.hidden, known.outputs))
+    net = net.double()
+    with torch.no_grad():
+        directions, _ = torch.linalg.qr(torch.randn(known.hidden, known.hidden, generator=g, dtype=torch.float64))
+        net[0].weight.copy_(1.5 * directions[:, : known.inputs])
+        net[0].bias.copy_(torch.linspace(-0.5, 0.5, known.hidden, dtype=torch.float64))
+        net[2].weight.copy_(torch.randn(known.outputs, known.hidden, generator=g, dtype=torch.float64))
+        net[2].bias.zero_()
+        x = torch.randn(size, known.inputs, generator=g, dtype=torch.float64)
+        y = net(x) + torch.randn(size, known.outputs, generator=g, dtype=torch.float64)
+    fit = torch.optim.LBFGS(net.parameters(), lr=1.0, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-15,
+                            history_size=50, line_search_fn="strong_wolfe")
+
+    def closure() -> Tensor:
+        fit.zero_grad()
+        loss = plain_gaussian_nll(net, x, y)
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        fit.step(closure)
+    return net.float(), x.float(), y.float()
 
 
 @dataclass

@@ -1,0 +1,80 @@
+"""What an LLC estimate's settings can resolve (headway.analysis.llc.resolution): the quadratic prediction and its
+γ → 0 limit from the Hessian at w*, exact and by Lanczos quadrature, masked, and the tanh teacher-student known
+answer, which the default settings read ~25% low and must mark resolution-limited, and settings that resolve it
+read within 15% of λ = d/2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from headway.analysis.llc import resolution as res
+from headway.analysis.llc.estimate import estimate_llc
+from headway.analysis.llc.known_answers import (KnownModel, TanhTeacher, gaussian_nll, known_pool,
+                                                plain_gaussian_nll, tanh_pool)
+from headway.analysis.llc.settings import SGLDSettings
+
+DEFAULT = SGLDSettings()
+NBETA = 512 / np.log(512)  # devinterp's default nβ at batch 512
+
+
+@pytest.fixture(scope="module")
+def tanh():
+    """The tanh member at w* (seed 0: 26 curved directions, the smallest curvature about 0.002)."""
+    net, x, y = tanh_pool(TanhTeacher(), 4096, seed=0)
+    return net, x, y, 0.5 * y.double().pow(2).sum(dim=-1).mean().item()
+
+
+def test_a_whitened_regression_has_unit_curvature_and_the_closed_form_prediction():
+    model, x, y = known_pool(KnownModel((10, 3), 3), 4096, 0)
+    found = res.resolution(model, gaussian_nll, x, y, DEFAULT)
+    assert found.method == "exact" and found.directions == 30
+    assert found.prediction[0] == pytest.approx(0.5 * 30 * NBETA / (NBETA + 2.0), rel=1e-4)
+    assert found.limit[0] == 15.0 and found.unresolved[0] == 0 and found.negative[0] == 0
+    assert found.limited(res.MAX_SHORTFALL) == [""]
+    half = torch.zeros(30)
+    half[:15] = 1.0  # a restricted LLC sees only its own coordinates
+    masked = res.resolution(model, gaussian_nll, x, y, DEFAULT, mask=half)
+    assert masked.directions == 15 and masked.limit[0] == 7.5
+
+
+def test_flat_directions_of_a_singular_model_count_in_neither_number():
+    model, x, y = known_pool(KnownModel((10, 5, 3), 1), 4096, 0)  # 65 parameters, a rank-1 teacher
+    found = res.resolution(model, gaussian_nll, x, y, DEFAULT)
+    # curved: the active unit's input column (10) and output row (3), less their shared scale; the other 53
+    # directions are flat (the true set's and the dead units'), and λ = 10 comes from them beyond second order
+    assert found.limit[0] == 6.0 and found.negative[0] == 0
+    assert found.limited(res.MAX_SHORTFALL) == [""]
+
+
+def test_lanczos_quadrature_agrees_with_the_exact_spectrum(tanh, monkeypatch):
+    net, x, y, _ = tanh
+    settings = SGLDSettings(nbeta=200.0, localization=1.0)
+    exact = res.resolution(net, plain_gaussian_nll, x, y, settings)
+    monkeypatch.setattr(res, "EXACT_MAX", 8)
+    lanczos = res.resolution(net, plain_gaussian_nll, x, y, settings, probes=64, steps=16)
+    assert lanczos.method == "lanczos" and exact.method == "exact"
+    assert lanczos.prediction[0] == pytest.approx(exact.prediction[0], rel=0.1)
+    assert lanczos.limit[0] == pytest.approx(exact.limit[0], rel=0.1)
+
+
+def test_the_tanh_member_is_read_low_at_the_defaults_and_marked_resolution_limited(tanh):
+    net, x, y, chance = tanh
+    result = estimate_llc(net, plain_gaussian_nll, x, y, DEFAULT, chance_loss=chance, resolve=True)
+    row = result.to_frame().iloc[0]
+    assert row.quadratic_limit == 13.0 and row.unresolved_directions >= 3
+    assert row.llc_mean < 0.85 * 13  # about 25% low …
+    assert row.llc_mean == pytest.approx(row.quadratic_llc, rel=0.1)  # … as the quadratic prediction says
+    assert row.invalid == "" and row.limited.startswith("resolution-limited:")  # so never valid and unmarked
+    assert "λ̂ is a lower bound" in row.limited
+
+
+def test_the_tanh_member_is_read_within_15_percent_at_settings_that_resolve_it(tanh):
+    net, x, y, chance = tanh
+    # nβ·h ≥ 2 ≫ γ = 0.1 in every direction; ε·nβ·h_max ≈ 0.3 at the stiffest
+    settings = SGLDSettings(lr=1e-4, nbeta=1000.0, localization=0.1, chains=4, burnin=2000, draws=1000)
+    result = estimate_llc(net, plain_gaussian_nll, x, y, settings, chance_loss=chance, resolve=True)
+    row = result.to_frame().iloc[0]
+    assert row.unresolved_directions == 0 and row.shortfall < 0.01 and row.limited == ""
+    assert row.invalid == "" and abs(row.llc_mean / TanhTeacher().truth - 1) < 0.15
