@@ -28,20 +28,20 @@ def tanh():
 
 def test_a_whitened_regression_has_unit_curvature_and_the_closed_form_prediction():
     model, x, y = known_pool(KnownModel((10, 3), 3), 4096, 0)
-    found = res.resolution(model, gaussian_nll, x, y, DEFAULT)
+    found = res.basin_resolution(model, gaussian_nll, x, y, DEFAULT)
     assert found.method == "exact" and found.directions == 30
     assert found.prediction[0] == pytest.approx(0.5 * 30 * NBETA / (NBETA + 2.0), rel=1e-4)
     assert found.limit[0] == 15.0 and found.unresolved[0] == 0 and found.negative[0] == 0
     assert found.limited(res.MAX_SHORTFALL) == [""]
     half = torch.zeros(30)
     half[:15] = 1.0  # a restricted LLC sees only its own coordinates
-    masked = res.resolution(model, gaussian_nll, x, y, DEFAULT, mask=half)
+    masked = res.basin_resolution(model, gaussian_nll, x, y, DEFAULT, mask=half)
     assert masked.directions == 15 and masked.limit[0] == 7.5
 
 
 def test_flat_directions_of_a_singular_model_count_in_neither_number():
     model, x, y = known_pool(KnownModel((10, 5, 3), 1), 4096, 0)  # 65 parameters, a rank-1 teacher
-    found = res.resolution(model, gaussian_nll, x, y, DEFAULT)
+    found = res.basin_resolution(model, gaussian_nll, x, y, DEFAULT)
     # curved: the active unit's input column (10) and output row (3), less their shared scale; the other 53
     # directions are flat (the true set's and the dead units'), and λ = 10 comes from them beyond second order
     assert found.limit[0] == 6.0 and found.negative[0] == 0
@@ -51,9 +51,9 @@ def test_flat_directions_of_a_singular_model_count_in_neither_number():
 def test_lanczos_quadrature_agrees_with_the_exact_spectrum(tanh, monkeypatch):
     net, x, y, _ = tanh
     settings = SGLDSettings(nbeta=200.0, localization=1.0)
-    exact = res.resolution(net, plain_gaussian_nll, x, y, settings)
+    exact = res.basin_resolution(net, plain_gaussian_nll, x, y, settings)
     monkeypatch.setattr(res, "EXACT_MAX", 8)
-    lanczos = res.resolution(net, plain_gaussian_nll, x, y, settings, probes=64, steps=16)
+    lanczos = res.basin_resolution(net, plain_gaussian_nll, x, y, settings, probes=64, steps=16)
     assert lanczos.method == "lanczos" and exact.method == "exact"
     assert lanczos.prediction[0] == pytest.approx(exact.prediction[0], rel=0.1)
     assert lanczos.limit[0] == pytest.approx(exact.limit[0], rel=0.1)

@@ -36,7 +36,7 @@ _EXPORTS = {
     **dict.fromkeys(("WEIGHT_GROUPS", "head_mask", "parameter_mask", "weight_masks"), "masks"),
     **dict.fromkeys(("MEASURE_ABOVE", "instance_groups", "rough_bytes", "sampling_footprint"), "memory"),
     **dict.fromkeys(("is_ensemble", "layout_of", "replicate"), "replication"),
-    **dict.fromkeys(("Resolution", "resolution"), "resolution"),
+    **dict.fromkeys(("Resolution", "basin_resolution"), "resolution"),
     **dict.fromkeys(("MalaScore", "PoolSampler", "sgld_step"), "sampler"),
     **dict.fromkeys(("LossFn", "SGLDSettings", "default_nbeta"), "settings"),
     **dict.fromkeys(("ValidityLimits", "invalid_reasons"), "validity"),

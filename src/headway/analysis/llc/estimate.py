@@ -19,7 +19,7 @@ from headway.analysis.llc.diagnostics import diagnose
 from headway.analysis.llc.memory import instance_groups
 from headway.analysis.llc.prepare import checked_loss, prepared
 from headway.analysis.llc.replication import replicate
-from headway.analysis.llc.resolution import MAX_SHORTFALL, Resolution, resolution
+from headway.analysis.llc.resolution import MAX_SHORTFALL, Resolution, basin_resolution
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
 from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
@@ -45,7 +45,7 @@ class LLCResult:
     acceptance: np.ndarray  # [E] mean MALA acceptance of the SGLD steps after burn-in, over finite chains
     chance_loss: np.ndarray | None = None  # [E] loss of a uniform guess (NaN: not given); None is read as all NaN
     validity: ValidityLimits = field(default_factory=ValidityLimits)  # the limits `invalid` and the warnings applied
-    resolution: Resolution | None = None  # what the settings resolve of the basin (`resolution.resolution`), if asked
+    resolution: Resolution | None = None  # what the settings resolve of the basin (`resolution.basin_resolution`), if asked
     max_shortfall: float = MAX_SHORTFALL  # the share of the curved basin left unseen beyond which λ̂ is a lower bound
 
     def __post_init__(self) -> None:
@@ -136,7 +136,7 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
         result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
                            max_rows, chance_loss, validity)
         if resolve:
-            result = replace(result, resolution=resolution(model, loss_fn, tokens, targets, settings, mask),
+            result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask),
                              max_shortfall=check_number("max_shortfall", max_shortfall, 0.0, 1.0))
     return result
 

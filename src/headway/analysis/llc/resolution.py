@@ -164,7 +164,7 @@ def lanczos_nodes(apply: Callable[[Tensor], Tensor], instances: int, parameters:
     return nodes, weights
 
 
-def resolution(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
+def basin_resolution(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                settings: SGLDSettings, mask: Tensor | None = None, probes: int = 8, steps: int = 40) -> Resolution:
     """The `Resolution` of an estimate at `settings` (its nβ, default devinterp's, and γ) for every instance of
     `model` at its current weights (w*), over the masked coordinates: exact up to `EXACT_MAX` of them, else by
