@@ -91,6 +91,34 @@ def test_a_plain_module_gives_the_ensemble_paths_numbers():
     assert plain.settings == ensemble.settings
 
 
+def test_a_devinterp_evaluate_may_use_the_modules_attributes_and_submodules():
+    """devinterp hands `evaluate` the module: a loss that indexes a holder or reads a weight gets the chain's."""
+    model, x, y = mlp_classifier()
+    holder = torch.nn.ModuleDict({"one": model})
+    settings = SGLDSettings(lr=1e-3, chains=2, draws=20, burnin=0, batch_size=64, seed=3)
+    plain = estimate_llc(model, mean_ce, x, y, settings)
+    held = estimate_llc(holder, lambda m, batch: mean_ce(m["one"], batch[0], batch[1]), x, y, settings)
+    np.testing.assert_allclose(held.loss_trace, plain.loss_trace, rtol=1e-6)
+    first = next(iter(model.parameters()))  # a penalty read off a parameter moves with the chain, not w*
+    decayed = estimate_llc(model, lambda m, batch: mean_ce(m, *batch) + next(iter(m.parameters())).pow(2).sum(),
+                           x, y, settings)
+    penalty = first.detach().pow(2).sum().item()
+    assert not np.allclose(decayed.loss_trace - penalty, plain.loss_trace, atol=1e-6)
+    np.testing.assert_allclose(decayed.init_loss, plain.init_loss + penalty, rtol=1e-5)
+
+
+def test_the_docs_devinterp_recipe_for_a_headway_model_runs_as_written():
+    """docs/api.md: a holder of one headway instance and an evaluate that indexes it give the ensemble's numbers."""
+    one, tokens, targets = trained_transformer()  # an E = 1 ensemble, as load_model(run_dir, instances=i) gives
+    holder = torch.nn.ModuleDict({"one": one})
+    evaluate = lambda m, batch: ce_last(m["one"], batch[0][None], batch[1][None])[0]  # noqa: E731 - as documented
+    settings = SGLDSettings(lr=1e-3, localization=100.0, chains=2, draws=20, burnin=5, batch_size=64)
+    held = estimate_llc(holder, evaluate, tokens[0], targets[0], settings)
+    alone = estimate_llc(one, ce_last, tokens[:1], targets[:1], settings)
+    np.testing.assert_allclose(held.init_loss, alone.init_loss, rtol=1e-6)
+    np.testing.assert_allclose(held.loss_trace, alone.loss_trace, rtol=0, atol=1e-5)
+
+
 def test_same_seed_same_numbers_and_the_module_is_untouched():
     model, x, y = mlp_classifier()
     before = [p.detach().clone() for p in model.parameters()]

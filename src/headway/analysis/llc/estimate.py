@@ -106,7 +106,8 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     [n_instances] of a batch; `tokens`, `targets` [E, N, ...] are each instance's pool, from which every
     chain draws its own shuffled minibatches. Any other `nn.Module` is one instance: `tokens`, `targets`
     are its pool [N, ...] and `loss_fn(model, inputs, targets)` returns a batch's mean loss, a scalar
-    (`model` is callable like the module, on its chain's weights); devinterp's own `evaluate(model, batch)`
+    (`model` is the module itself, holding its chain's weights while the loss runs, so a loss may use its
+    attributes and submodules); devinterp's own `evaluate(model, batch)`
     is taken as well (`module_ensemble.devinterp_loss`). The module's own weights, buffers and mode are never
     changed (the chains read a copy of its buffers), and its parameters with requires_grad=False do not move.
     `train_mode` samples it, L(w*) included, in train mode (True: dropout on and BatchNorm on batch statistics,

@@ -25,7 +25,7 @@ from headway.errors import ConfigError
 from headway.model.flat import FlatLayout
 
 # loss_fn(model, inputs, targets) -> the scalar mean loss of one batch, as devinterp's `evaluate`.
-ModuleLossFn = Callable[[Callable[..., Any], Tensor, Tensor], Tensor]
+ModuleLossFn = Callable[[nn.Module, Tensor, Tensor], Tensor]
 
 _VMAP_ADVICE = "keep loss_fn free of .item(), of in-place changes to the module and of Python branches on tensor values"
 
@@ -110,13 +110,12 @@ class ModuleEnsemble(nn.Module):
         return loss
 
     def _loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], inputs: Tensor, targets: Tensor) -> Tensor:
-        """loss_fn on one copy, the module called with `params` and `buffers`."""
-        module = self.inner[0]
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return torch.func.functional_call(module, {**params, **buffers}, args, kwargs)
-
-        return self.loss_fn(call, inputs, targets)
+        """loss_fn on one copy: the module itself, its parameters and buffers swapped for `params` and `buffers`
+        while the loss runs, so that a loss may call it or use its attributes and submodules (devinterp's
+        `evaluate(model, batch)` receives the module)."""
+        scored = _Scored(self.inner[0], self.loss_fn)
+        weights = {f"module.{name}": value for name, value in {**params, **buffers}.items()}
+        return torch.func.functional_call(scored, weights, (inputs, targets))
 
     def _explain(self, batched: Exception, inputs: Tensor, targets: Tensor) -> ConfigError:
         """Why the batched call failed: loss_fn fails on one copy alone (the inputs or the loss), or only
@@ -130,6 +129,19 @@ class ModuleEnsemble(nn.Module):
                                f"targets {tuple(targets.shape)}: {error_line(alone)}")
         return ConfigError(f"the model and loss_fn cannot run as a batch of copies under torch.func.vmap "
                            f"({error_line(batched)}); {_VMAP_ADVICE}")
+
+
+class _Scored(nn.Module):
+    """A module and its loss as one module, whose forward is the loss: `torch.func.functional_call` on it swaps a
+    copy's weights into the module for as long as the loss runs."""
+
+    def __init__(self, module: nn.Module, loss_fn: ModuleLossFn) -> None:
+        super().__init__()
+        self.module = module
+        self.loss_fn = loss_fn
+
+    def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        return self.loss_fn(self.module, inputs, targets)
 
 
 @contextmanager
