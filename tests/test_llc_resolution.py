@@ -1,7 +1,7 @@
 """What an LLC estimate's settings can resolve (headway.analysis.llc.resolution): the quadratic prediction and its
-γ → 0 limit from the Hessian at w*, exact and by Lanczos quadrature, masked, and the tanh teacher-student known
+γ → 0 limit from the Hessian at w*, exact and by Lanczos quadrature, masked; the tanh teacher-student known
 answer, which the default settings read ~25% low and must mark resolution-limited, and settings that resolve it
-read within 15% of λ = d/2."""
+read within 15% of λ = d/2; and Watanabe's singular a·tanh(b·x), read at its exact finite-nβ expectation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import torch
 from headway.analysis.llc import resolution as res
 from headway.analysis.llc.estimate import estimate_llc
 from headway.analysis.llc.known_answers import (KnownModel, TanhTeacher, gaussian_nll, known_pool,
-                                                plain_gaussian_nll, tanh_pool)
+                                                plain_gaussian_nll, singular_tanh_expectation, singular_tanh_pool,
+                                                tanh_pool)
 from headway.analysis.llc.settings import SGLDSettings
 
 DEFAULT = SGLDSettings()
@@ -78,3 +79,18 @@ def test_the_tanh_member_is_read_within_15_percent_at_settings_that_resolve_it(t
     row = result.to_frame().iloc[0]
     assert row.unresolved_directions == 0 and row.shortfall < 0.01 and row.limited == ""
     assert row.invalid == "" and abs(row.llc_mean / TanhTeacher().truth - 1) < 0.15
+
+
+def test_watanabes_singular_tanh_is_read_at_its_finite_n_expectation():
+    """a·tanh(b·x) at a = b = 0: λ = 1/2 (multiplicity 2) only as nβ → ∞; at the default nβ and γ the localised
+    tempered posterior's own value is 0.30, and the sampler must read that once its chains have had the
+    2/(εγ) = 1000 steps the flat directions (held by γ alone) need to relax."""
+    model, x, y = singular_tanh_pool(4096, seed=0)
+    settings = SGLDSettings(chains=16, burnin=2000, draws=2000)
+    expected = singular_tanh_expectation(x, NBETA, settings.localization)
+    assert 0.28 < expected < 0.32  # well below 1/2: the log-n approach of a normal crossing
+    assert singular_tanh_expectation(x, 1e4, 1.0) == pytest.approx(0.415, abs=0.01)
+    result = estimate_llc(model, plain_gaussian_nll, x, y, settings, resolve=True)
+    row = result.to_frame().iloc[0]
+    assert abs(row.llc_mean - expected) < 3 * row.llc_se and abs(row.llc_mean / expected - 1) < 0.2
+    assert row.invalid == "" and row.quadratic_limit == 0 and row.limited == ""  # no curved basin to miss
