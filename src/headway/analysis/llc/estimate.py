@@ -133,12 +133,13 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     `resolve`, the Hessian at w* says what these settings can resolve (`headway.analysis.llc.resolution`): the
     result's `resolution`, and its frame's `limited` where more than `max_shortfall` of the curved basin is unseen.
     """
+    check_number("max_shortfall", max_shortfall, 0.0, 1.0)  # before any sampling
     with module_mode(model, train_mode, settings.seed):
         result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
                            max_rows, chance_loss, validity)
         if resolve:
             result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask),
-                             max_shortfall=check_number("max_shortfall", max_shortfall, 0.0, 1.0))
+                             max_shortfall=max_shortfall)
     return result
 
 

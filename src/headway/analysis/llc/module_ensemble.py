@@ -79,6 +79,7 @@ class ModuleEnsemble(nn.Module):
         self.flat = StackedParameters(layout.names, [shape[1:] for shape in layout.shapes], weights)
         self.n_instances = weights.shape[0]
         self.buffer_copies = {name: buffer.detach().clone() for name, buffer in module.named_buffers()}
+        self.scored = [_Scored(module, loss_fn)]  # a list, as `inner`: the loss's module, built once
 
     @classmethod
     def wrap(cls, module: nn.Module, loss_fn: ModuleLossFn) -> ModuleEnsemble:
@@ -113,9 +114,8 @@ class ModuleEnsemble(nn.Module):
         """loss_fn on one copy: the module itself, its parameters and buffers swapped for `params` and `buffers`
         while the loss runs, so that a loss may call it or use its attributes and submodules (devinterp's
         `evaluate(model, batch)` receives the module)."""
-        scored = _Scored(self.inner[0], self.loss_fn)
         weights = {f"module.{name}": value for name, value in {**params, **buffers}.items()}
-        return torch.func.functional_call(scored, weights, (inputs, targets))
+        return torch.func.functional_call(self.scored[0], weights, (inputs, targets))
 
     def _explain(self, batched: Exception, inputs: Tensor, targets: Tensor) -> ConfigError:
         """Why the batched call failed: loss_fn fails on one copy alone (the inputs or the loss), or only

@@ -17,7 +17,6 @@ Lanczos run of Hessian-vector products, whose Ritz values and weights estimate t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,11 +133,10 @@ def lanczos_nodes(apply: Callable[[Tensor], Tensor], instances: int, parameters:
     Each probe is a Rademacher vector run through `steps` Lanczos steps with full reorthogonalisation."""
     g = torch.Generator().manual_seed(seed)
     keep = None if mask is None else mask.to(torch.float64)
-    size = parameters
     nodes = np.zeros((instances, probes, steps))
     weights = np.zeros((instances, probes, steps))
     for probe in range(probes):
-        v = torch.randint(0, 2, (instances, size), generator=g).double() * 2 - 1
+        v = torch.randint(0, 2, (instances, parameters), generator=g).double() * 2 - 1
         if keep is not None:
             v = v * keep
         basis = [v / v.norm(dim=1, keepdim=True)]
@@ -194,6 +192,6 @@ def _from_spectrum(values: np.ndarray, weights: np.ndarray, nbeta: float, gamma:
         share = np.where(curved, nbeta * values / (nbeta * values + gamma), 0.0)
     prediction = 0.5 * (weights * share).sum(axis=1)
     limit = 0.5 * (weights * curved).sum(axis=1)
-    unresolved = (weights * (curved & (values < gamma / nbeta if nbeta > 0 else math.inf))).sum(axis=1)
+    unresolved = (weights * (curved & (values < gamma / nbeta))).sum(axis=1)
     negative = (weights * (values < -floor)).sum(axis=1)
     return Resolution(prediction, limit, np.round(unresolved, 1), np.round(negative, 1), directions, method)
