@@ -202,8 +202,8 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
     frame = first.to_frame()
     assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "llc_se", "init_loss", "init_loss_se",
                                    "acceptance", "draw_loss", "chance_loss", "basin_fraction",
-                                   *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings", "invalid"]
-    assert frame.shape == (2, 19)
+                                   "moving_weights", *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings", "invalid"]
+    assert frame.shape == (2, 20)
     np.testing.assert_allclose(frame.draw_loss, first.loss_trace.mean(axis=(1, 2)), rtol=1e-6)
     assert frame.chance_loss.isna().all() and frame.basin_fraction.isna().all()  # no chance loss given
     assert first.settings["nbeta"] == pytest.approx(default_nbeta(128)) == pytest.approx(128 / math.log(128))

@@ -15,6 +15,7 @@ from headway.analysis.llc.known_answers import (KnownModel, TanhTeacher, gaussia
                                                 plain_gaussian_nll, singular_tanh_expectation, singular_tanh_pool,
                                                 tanh_pool)
 from headway.analysis.llc.settings import SGLDSettings
+from headway.analysis.llc.validity import ValidityLimits
 
 DEFAULT = SGLDSettings()
 NBETA = 512 / np.log(512)  # devinterp's default nβ at batch 512
@@ -33,7 +34,7 @@ def test_a_whitened_regression_has_unit_curvature_and_the_closed_form_prediction
     assert found.method == "exact" and found.directions == 30
     assert found.prediction[0] == pytest.approx(0.5 * 30 * NBETA / (NBETA + 2.0), rel=1e-4)
     assert found.limit[0] == 15.0 and found.unresolved[0] == 0 and found.negative[0] == 0
-    assert found.limited(res.MAX_SHORTFALL) == [""]
+    assert found.shortfall[0] <= ValidityLimits().max_shortfall
     half = torch.zeros(30)
     half[:15] = 1.0  # a restricted LLC sees only its own coordinates
     masked = res.basin_resolution(model, gaussian_nll, x, y, DEFAULT, mask=half)
@@ -46,7 +47,7 @@ def test_flat_directions_of_a_singular_model_count_in_neither_number():
     # curved: the active unit's input column (10) and output row (3), less their shared scale; the other 53
     # directions are flat (the true set's and the dead units'), and λ = 10 comes from them beyond second order
     assert found.limit[0] == 6.0 and found.negative[0] == 0
-    assert found.limited(res.MAX_SHORTFALL) == [""]
+    assert found.shortfall[0] <= ValidityLimits().max_shortfall
 
 
 def test_lanczos_quadrature_agrees_with_the_exact_spectrum(tanh, monkeypatch):
@@ -94,3 +95,21 @@ def test_watanabes_singular_tanh_is_read_at_its_finite_n_expectation():
     row = result.to_frame().iloc[0]
     assert abs(row.llc_mean - expected) < 3 * row.llc_se and abs(row.llc_mean / expected - 1) < 0.2
     assert row.invalid == "" and row.quadratic_limit == 0 and row.limited == ""  # no curved basin to miss
+
+
+def test_chains_that_leave_the_basin_are_invalid_without_a_chance_loss():
+    """Pool seed 1's teacher leaves w* with two flat directions, along which the default chains wander off to λ̂
+    in the hundreds; with no chance loss to judge the basin by, d/2 of the 26 moving weights is the ceiling."""
+    net, x, y = tanh_pool(TanhTeacher(), 4096, seed=1)
+    row = estimate_llc(net, plain_gaussian_nll, x, y, DEFAULT).to_frame().iloc[0]
+    assert row.moving_weights == 26 and np.isnan(row.chance_loss)
+    assert row.llc_mean > 1.15 * 13 and "above d/2 = 13" in row.invalid and "left w*'s basin" in row.invalid
+    masked = estimate_llc(net, plain_gaussian_nll, x, y, DEFAULT, mask=torch.arange(26) < 8).to_frame().iloc[0]
+    assert masked.moving_weights == 8
+
+
+def test_the_ceiling_and_shortfall_are_the_callers_limits(tanh):
+    net, x, y, chance = tanh
+    strict = ValidityLimits(max_shortfall=0.99, ceiling=0.1)  # nothing limited; every positive λ̂ above 0.1·d/2
+    row = estimate_llc(net, plain_gaussian_nll, x, y, DEFAULT, validity=strict, resolve=True).to_frame().iloc[0]
+    assert row.limited == "" and "above d/2" in row.invalid

@@ -111,17 +111,22 @@ def test_no_analysis_or_task_module_defines_a_rule():
 
 
 def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_analysis_stamp():
-    """The estimator's `ValidityLimits` hold the one copy of each default; the LLC studies carry each limit as an
-    analysis-stage rule with its reason, and the limits they hand to the analysis are their rules' values."""
+    """The estimator's `ValidityLimits` hold the one copy of each default; the LLC studies carry each limit as a
+    rule with its reason — analysis-stage where the sampler's stored judgement depends on it, summary-stage for the
+    two judged on stored columns (ceiling, max_shortfall) — and the limits they hand on are their rules' values."""
     assert all(isinstance(rules, LLCRules) for rules in (SortingRules(), ModularRules()))
     limits = [f.name for f in dataclasses.fields(validity.ValidityLimits)]
+    stored = {"ceiling", "max_shortfall"}
     for rules in (SortingRules(), ModularRules()):
         assert rules.llc_validity() == validity.ValidityLimits()
         stamp = rules.stamp("analysis")
-        assert all(stamp[f"llc_{name}"] == getattr(validity.ValidityLimits(), name) for name in limits)
-        changed = rules.changed(**{f"llc_{name}": 2 * getattr(rules, f"llc_{name}") for name in limits})
-        assert changed.llc_validity() == validity.ValidityLimits(
-            **{name: 2 * getattr(validity.ValidityLimits(), name) for name in limits})
+        assert all(stamp[f"llc_{name}"] == getattr(validity.ValidityLimits(), name) for name in limits
+                   if name not in stored)
+        assert not any(f"llc_{name}" in stamp for name in stored)
+        doubled = {name: min(2 * getattr(validity.ValidityLimits(), name), 1.0) if name == "max_shortfall"
+                   else 2 * getattr(validity.ValidityLimits(), name) for name in limits}
+        changed = rules.changed(**{f"llc_{name}": value for name, value in doubled.items()})
+        assert changed.llc_validity() == validity.ValidityLimits(**doubled)
         assert changed.stamp("analysis") != stamp
     own = {f.name for f in dataclasses.fields(LLCRules)} - {f.name for f in dataclasses.fields(Rules)}
     assert own == {f"llc_{name}" for name in limits}

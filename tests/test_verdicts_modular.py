@@ -4,6 +4,7 @@ reproduced and not testable, and a simulated null of the LLC-fall test against i
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -229,7 +230,7 @@ def test_the_llc_table_weighs_noise_and_bias_and_names_invalid_estimates():
     metrics, trace = traced("g", [-1, -1, -1, -1, -1], [1] * 5)
     row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)],
                     meta("g", weight_decays=(1.0,))).iloc[0]
-    assert row.invalid == "no valid checkpoint" and math.isnan(row.fall)
+    assert row.invalid.startswith("no valid checkpoint (step ") and "λ̂ ≤ 0" in row.invalid and math.isnan(row.fall)
 
 
 def rejection_rate(grokked: np.ndarray, control: np.ndarray, se: np.ndarray, sims: int,
@@ -344,3 +345,19 @@ def test_the_llc_claim_states_the_bias_its_table_was_computed_with():
     biased = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY, bias=0.1)],
                        meta("g", weight_decays=(1.0,)))
     assert biased.bias.iloc[0] == 0.1
+
+
+def test_a_resolution_limited_checkpoint_cannot_place_the_peak_or_carry_the_fall():
+    """A lower bound (more of the curved basin unseen than `llc_max_shortfall`) is no reading of where the LLC peaks:
+    the highest λ̂ here is limited, so the peak moves to the next, and the limited checkpoint after it blocks the fall."""
+    metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
+    trace = trace.assign(shortfall=[0.01, 0.01, 0.4, 0.01, 0.01], quadratic_llc=12.0, quadratic_limit=20.0,
+                         unresolved_directions=9.0)
+    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
+    assert run.peak_step == 1000 and run.excluded[100].startswith("resolution-limited: 40% of the curved basin unseen")
+    row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
+    assert row.invalid == ""  # nothing limited after the peak
+    trace["shortfall"] = [0.01, 0.01, 0.01, 0.01, 0.4]
+    assert development("g", metrics, trace, RULES.llc_fall, replace(VALIDITY, max_shortfall=0.5)).excluded == {}
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)], meta("g", weight_decays=(1.0,))).iloc[0]
+    assert "steps 2000: resolution-limited" in row.invalid

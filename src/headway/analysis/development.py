@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from headway.analysis.llc.validity import ValidityLimits, invalid_reasons
+from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, limited_reasons
 from headway.analysis.stages import label_stages, stage_boundaries
 from headway.analysis.statistics import normal_tail, z_score
 
@@ -72,9 +72,11 @@ def applied_bias(bias: float) -> float:
 def valid_llc(whole: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): the sampler checks
     of `headway.analysis.llc.validity.invalid_reasons` at `limits` (λ̂ ≤ 0 or undefined, no standard error
-    recorded, a chain non-finite or diverged, draw losses still climbing, chains out of the basin of w*, MALA
-    acceptance below its floor), each named in the reason."""
-    return invalid_reasons(whole, limits)
+    recorded, a chain non-finite or diverged, draw losses still climbing, λ̂ above d/2, chains out of the basin of
+    w*, MALA acceptance below its floor), each named in the reason, then resolution (`limited_reasons`): a lower
+    bound cannot say where the LLC peaks."""
+    invalid = invalid_reasons(whole, limits)
+    return invalid.where(invalid != "", limited_reasons(whole, limits))
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, validity: ValidityLimits,

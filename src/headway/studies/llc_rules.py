@@ -6,7 +6,9 @@ The values are the estimator's own defaults, read from `ValidityLimits` (defined
 measurements behind them), and `LLCRules.llc_validity()` hands them back to the functions that decide
 validity: the LLC trace and the final LLC while analysing (stage "analysis": the stored `invalid` column and
 diagnostics depend on them, so they are part of the analysis stamp and of the trace's own), and
-`headway.analysis.development.development` while summarising. They are not swept: the diverging and
+`headway.analysis.development.development` while summarising. The ceiling and the resolution's shortfall are
+summary rules: they judge stored columns (moving_weights, shortfall), so a study re-summarised after a change of
+either is judged by it without sampling again, and estimates stored before those columns existed are not judged. They are not swept: the diverging and
 climbing limits act only on the sampler's traces while analysing, and the sorting study's sensitivity table
 re-judges its mode claims alone.
 """
@@ -46,9 +48,19 @@ class LLCRules(Rules):
     llc_trend_sigmas: float = rule(_ESTIMATOR.trend_sigmas, "standard errors across chains that climb must also "
                                    "exceed, so that noise alone rarely invalidates an estimate", stage="analysis",
                                    low=0.0, was=BEFORE_SETTINGS["trend_sigmas"])
+    llc_ceiling: float = rule(_ESTIMATOR.ceiling, "multiple of d/2 (half the moving weights, the most any basin "
+                              "allows) above which λ̂ comes from chains that left w*'s basin and is invalid (1.15: "
+                              "the known-answer suite's accepted error); judged on the stored moving_weights, so "
+                              "estimates stored before it existed are not", low=1.0)
+    llc_max_shortfall: float = rule(_ESTIMATOR.max_shortfall, "share of the curved basin (the Hessian's quadratic "
+                                    "prediction at the estimate's nβ and γ against its γ → 0 limit) the settings may "
+                                    "leave unseen before λ̂ is only a lower bound (resolution-limited), which cannot "
+                                    "place a turning point or rank models; judged on the stored shortfall, so "
+                                    "estimates stored before the check existed are not", low=0.0, high=1.0)
 
     def llc_validity(self) -> ValidityLimits:
         """The LLC validity rules as the estimator and `invalid_reasons` take them."""
         return ValidityLimits(basin_fraction=self.llc_basin_fraction, min_acceptance=self.llc_min_acceptance,
                               diverge_factor=self.llc_diverge_factor, trend_fraction=self.llc_trend_fraction,
-                              trend_sigmas=self.llc_trend_sigmas)
+                              trend_sigmas=self.llc_trend_sigmas, ceiling=self.llc_ceiling,
+                              max_shortfall=self.llc_max_shortfall)

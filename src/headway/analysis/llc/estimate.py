@@ -19,13 +19,12 @@ from headway.analysis.llc.diagnostics import diagnose
 from headway.analysis.llc.memory import instance_groups
 from headway.analysis.llc.prepare import checked_loss, prepared
 from headway.analysis.llc.replication import replicate
-from headway.analysis.llc.resolution import MAX_SHORTFALL, Resolution, basin_resolution
+from headway.analysis.llc.resolution import Resolution, basin_resolution
 from headway.analysis.llc.sampler import gather, sample_groups, seeded_generators
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
-from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
+from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons, limited_reasons
 from headway.analysis.llc.module_ensemble import ModuleLossFn, module_mode
 from headway.errors import ConfigError
-from headway.settings import check_number
 from headway.execution.allocator import keep_freed_memory
 
 
@@ -46,7 +45,8 @@ class LLCResult:
     chance_loss: np.ndarray | None = None  # [E] loss of a uniform guess (NaN: not given); None is read as all NaN
     validity: ValidityLimits = field(default_factory=ValidityLimits)  # the limits `invalid` and the warnings applied
     resolution: Resolution | None = None  # what the settings resolve of the basin (`resolution.basin_resolution`), if asked
-    max_shortfall: float = MAX_SHORTFALL  # the share of the curved basin left unseen beyond which λ̂ is a lower bound
+    moving_weights: int = 0  # the coordinates the chains moved (mask and trainable): λ̂ can be at most half of them
+    refused: str = ""  # why settings chosen per model (`auto.choose_settings`) found none that qualified: invalid
 
     def __post_init__(self) -> None:
         if self.chance_loss is None:
@@ -70,35 +70,36 @@ class LLCResult:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
-        draw_loss, chance_loss, basin_fraction, llc_chain{c}, n_warnings, warnings (that instance's
+        draw_loss, chance_loss, basin_fraction, moving_weights, llc_chain{c}, n_warnings, warnings (that instance's
         diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`
         at the result's `validity` limits); with a `resolution`, its columns (quadratic_llc, quadratic_limit,
         unresolved_directions, negative_directions, shortfall, spectrum) and limited (why λ̂ is only a lower bound,
-        "" when the settings resolve the basin: `Resolution.limited` at `max_shortfall`)."""
+        "" when the settings resolve the basin: `validity.limited_reasons` at the limits' `max_shortfall`)."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
                               "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
                               "acceptance": self.acceptance, "draw_loss": self.draw_loss,
-                              "chance_loss": self.chance_loss, "basin_fraction": self.basin_fraction})
+                              "chance_loss": self.chance_loss, "basin_fraction": self.basin_fraction,
+                              "moving_weights": self.moving_weights})
         for chain in range(c):
             frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
         own = [self.instance_warnings(i) for i in range(e)]
         frame["n_warnings"] = [len(messages) for messages in own]
         frame["warnings"] = ["; ".join(messages) for messages in own]
-        frame["invalid"] = invalid_reasons(frame, self.validity)
+        frame["invalid"] = self.refused or invalid_reasons(frame, self.validity)
         if self.resolution is not None:
             frame = frame.merge(self.resolution.to_frame(), on="instance")
-            frame["limited"] = self.resolution.limited(self.max_shortfall)
+            frame["limited"] = limited_reasons(frame, self.validity)
         return frame
 
 
 def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
-                 settings: SGLDSettings, mask: Tensor | None = None, progress: bool = False,
+                 settings: SGLDSettings | str, mask: Tensor | None = None, progress: bool = False,
                  desc: str = "LLC", init_loss: tuple[np.ndarray, np.ndarray] | None = None,
                  precision: str = "fp32", max_rows: int | None = None,
                  chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None,
                  validity: ValidityLimits = ValidityLimits(), resolve: bool = False,
-                 max_shortfall: float = MAX_SHORTFALL) -> LLCResult:
+                 resolution_rows: int | None = None) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
 
@@ -131,16 +132,34 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     by which the diagnostics and `invalid` judge the chains (`validity.ValidityLimits`; by default the
     estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`). With
     `resolve`, the Hessian at w* says what these settings can resolve (`headway.analysis.llc.resolution`): the
-    result's `resolution`, and its frame's `limited` where more than `max_shortfall` of the curved basin is unseen.
+    result's `resolution`, and its frame's `limited` where more than `validity.max_shortfall` of the curved basin
+    is unseen, the Hessian measured on `resolution_rows` pool rows (None: all of them). Without a chance loss, chains that left the basin still show when λ̂ exceeds d/2 of the moving
+    weights (`validity.ceiling`). `settings="auto"` chooses them for this model (`auto.choose_settings` from the
+    default settings; resolution included): the estimate at the settings chosen, or, refused, at the last tried
+    with the reason as `invalid`.
     """
-    check_number("max_shortfall", max_shortfall, 0.0, 1.0)  # before any sampling
+    if isinstance(settings, str):
+        return _auto(model, loss_fn, tokens, targets, settings, mask, precision, chance_loss, train_mode, validity)
     with module_mode(model, train_mode, settings.seed):
         result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
                            max_rows, chance_loss, validity)
         if resolve:
-            result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask),
-                             max_shortfall=max_shortfall)
+            result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask,
+                                                                 rows=resolution_rows))
     return result
+
+
+def _auto(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor, settings: str,
+          mask: Tensor | None, precision: str, chance_loss: float | np.ndarray | None, train_mode: bool | None,
+          validity: ValidityLimits) -> LLCResult:
+    """`estimate_llc(settings="auto")`."""
+    from headway.analysis.llc.auto import choose_settings
+
+    if settings != "auto":
+        raise ConfigError(f"settings = {settings!r} is unknown; give SGLDSettings or 'auto'")
+    with module_mode(model, train_mode, SGLDSettings().seed):
+        return choose_settings(model, loss_fn, tokens, targets, mask=mask, validity=validity,
+                               chance_loss=chance_loss, precision=precision).result
 
 
 def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
@@ -174,8 +193,9 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
     basin = basin_fraction(init, init + mean / nbeta, chance)
     messages = diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, basin, used,
                         validity)
+    moving = model.flat.data.shape[1] if mask is None else int((mask != 0).sum().item())
     return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance, chance,
-                     validity)
+                     validity, moving_weights=moving)
 
 
 def anchor_loss(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,

@@ -12,7 +12,8 @@ import torch
 
 from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
-from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
+from headway.analysis.llc.resolution import RESOLUTION_ROWS
+from headway.analysis.llc.validity import ValidityLimits
 from headway.errors import TimeLimitReached
 from headway.progress import tracked
 from headway.runs import layout
@@ -23,6 +24,7 @@ from headway.runs.store import load_model
 from headway.train.objective import readout_loss, run_loss
 
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
+RESOLUTION = 1  # the version of the resolution check each traced estimate carries (`estimate_llc(resolve=True)`)
 
 
 def estimator_bias(settings: SGLDSettings) -> float:
@@ -58,8 +60,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
-    columns (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so `invalid` says when
-    chains left the basin), passed through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
+    columns with the resolution's (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so
+    `invalid` says when chains left the basin, and `limited` when the settings cannot see the basin), passed through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
     `validity` holds the limits the diagnostics and `invalid` judge the chains by (a study's rules). Each
     checkpoint is saved to `folder` as it finishes and reused while `stamp` (with the SGLD settings, the validity
     limits and runs) is unchanged. Losses are
@@ -77,13 +79,11 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     masks = weight_masks(model, weights)
     loss = run_loss(first.task, first.train.loss)
     chance = uniform_guess_loss(first, pool_targets)
-    # traces from before the basin check lack chance_loss, and those before the validity rules validity: traced again
+    # traces from before the basin check lack chance_loss, those before the validity rules validity, and those before
+    # the resolution check its ceiling and shortfall: each is traced again
     settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
-                "validity": validity.to_dict(), **(stamp or {})}
-    # a trace stamped before the validity limits were settings was judged by BEFORE_SETTINGS
-    before = {key: value for key, value in settings.items() if key != "validity"}
-    accepted = [settings, before] if validity.to_dict() == BEFORE_SETTINGS else [settings]
-    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) not in accepted:
+                "validity": validity.to_dict(), "resolution": RESOLUTION, **(stamp or {})}
+    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
         for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
             stale.unlink()
     layout.write_json(folder / SETTINGS, settings)
@@ -100,7 +100,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
         anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group
         for name, mask in masks.items():
             result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor,
-                                  precision=precision, chance_loss=chance, validity=validity)
+                                  precision=precision, chance_loss=chance, validity=validity, resolve=True,
+                                  resolution_rows=RESOLUTION_ROWS)
             frame = result.to_frame()
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)

@@ -25,9 +25,10 @@ import pandas as pd
 
 @dataclass(frozen=True)
 class ValidityLimits:
-    """The limits beyond which the sampler's own measurements make λ̂ no estimate: the two `invalid_reasons`
-    applies to a row's numbers, and the three after which a diagnostic of `INVALID_WARNINGS` (a diverging or
-    still-climbing chain) fires. The defaults are the estimator's own (the first two measured on the
+    """The limits beyond which the sampler's own measurements make λ̂ no estimate: the three `invalid_reasons`
+    applies to a row's numbers (basin, acceptance, ceiling), the three after which a diagnostic of
+    `INVALID_WARNINGS` (a diverging or still-climbing chain) fires, and the shortfall beyond which the settings'
+    resolution makes λ̂ a lower bound (`limited_reasons`). The defaults are the estimator's own (measured on the
     known-answer suite, `headway.analysis.llc.known_answers`)."""
 
     # Chains whose mean draw loss went this share of the way from L(w*) to the loss of a uniform guess sample the
@@ -52,6 +53,14 @@ class ValidityLimits:
     # measures the noise whatever the autocorrelation within a chain).
     trend_fraction: float = 0.1
     trend_sigmas: float = 4.0
+    # No basin of d moving weights gives λ̂ above d/2 (each direction counts at most ½ at any nβ and γ: ½ for a
+    # quadratic one, less for a flatter one): an estimate above ceiling × d/2 comes from chains that left w*'s basin,
+    # the check that needs no chance loss. 1.15: the error the estimator is held to on its known-answer suite (a
+    # regular model's right estimate reads d/2 within it: 18.6-20.0 for 20, 13.2 for 13).
+    ceiling: float = 1.15
+    # The share of the curved basin (`headway.analysis.llc.resolution`) an estimate may leave unseen and still be read
+    # as λ̂ rather than a lower bound: the same 15%.
+    max_shortfall: float = 0.15
 
     def to_dict(self) -> dict[str, float]:
         """The limits by name, for a cache stamp (`headway.analysis.llc.trace.llc_trace`)."""
@@ -82,10 +91,10 @@ def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np
 def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per row, why its λ̂ is invalid ("" when it is valid), the first that applies of: λ̂ ≤ 0 or undefined
     (undefined because every chain broke: that diagnostic's reason), no standard error, a diagnostic of
-    `INVALID_WARNINGS`, chains out of the basin (`limits.basin_fraction`), MALA acceptance below
-    `limits.min_acceptance`. Rows need llc_mean; a row without llc_se has no standard error, and the checks
-    whose columns (warnings, basin_fraction, acceptance) are absent are skipped, as for trace rows written
-    before they existed."""
+    `INVALID_WARNINGS`, λ̂ above `limits.ceiling` × d/2 of its `moving_weights`, chains out of the basin
+    (`limits.basin_fraction`), MALA acceptance below `limits.min_acceptance`. Rows need llc_mean; a row without
+    llc_se has no standard error, and the checks whose columns (warnings, moving_weights, basin_fraction,
+    acceptance) are absent are skipped, as for rows written before they existed."""
     def reason(row) -> str:
         text = row.warnings if isinstance(getattr(row, "warnings", None), str) else ""
         fired = next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
@@ -98,6 +107,10 @@ def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
             return "no standard error recorded"
         if fired:
             return fired
+        moving = getattr(row, "moving_weights", np.nan)
+        if np.isfinite(moving) and row.llc_mean > limits.ceiling * moving / 2:
+            return (f"λ̂ = {row.llc_mean:.4g} is above d/2 = {moving / 2:g} of its {moving:g} moving weights (by more "
+                    f"than ×{limits.ceiling:g}), more than any basin allows: the chains left w*'s basin")
         fraction = getattr(row, "basin_fraction", np.nan)
         if np.isfinite(fraction) and fraction >= limits.basin_fraction:
             return (f"chains left the basin: their draws gave back ≥ {limits.basin_fraction:.0%} of what w* gains "
@@ -109,4 +122,21 @@ def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
 
     if rows.empty:
         return pd.Series([], index=rows.index, dtype=str)
+    return rows.apply(reason, axis=1).astype(str)
+
+
+def limited_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
+    """Per row, why its λ̂ is only a lower bound ("" when it is not): a `shortfall` (the share of the curved basin
+    its settings leave unseen, `headway.analysis.llc.resolution`) beyond `limits.max_shortfall`, with the row's
+    numbers. Rows without a shortfall (no resolution measured, or written before it existed) are not judged."""
+    if "shortfall" not in rows.columns:
+        return pd.Series("", index=rows.index, dtype=str)
+
+    def reason(row) -> str:
+        if not (np.isfinite(row.shortfall) and row.shortfall > limits.max_shortfall):
+            return ""
+        return (f"resolution-limited: {row.shortfall:.0%} of the curved basin unseen at these settings (the "
+                f"quadratic prediction {row.quadratic_llc:.3g} against {row.quadratic_limit:.3g} as γ → 0, "
+                f"{row.unresolved_directions:g} directions below γ/nβ); λ̂ is a lower bound")
+
     return rows.apply(reason, axis=1).astype(str)

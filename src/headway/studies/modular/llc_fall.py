@@ -16,10 +16,11 @@ LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "g
 
 
 def unreadable(traced: Development) -> str:
-    """Why `traced` cannot carry a fall ("" when it can): no valid checkpoint, or an invalid one after the
-    peak (the fall would be read past estimates that are no LLC, e.g. chains that left the basin)."""
+    """Why `traced` cannot carry a fall ("" when it can): no valid checkpoint (with why each was left out), or an
+    invalid or resolution-limited one after the peak (the fall would be read past estimates that are no LLC, e.g.
+    chains that left the basin, or only a lower bound of it)."""
     if traced.peak_step < 0:
-        return "no valid checkpoint"
+        return f"no valid checkpoint ({traced.exclusions()})"
     after = sorted(step for step in traced.excluded if step > traced.peak_step)
     if not after:
         return ""

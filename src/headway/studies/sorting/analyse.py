@@ -17,6 +17,7 @@ from headway.runs.checkpoints import (TensorSpec, checkpoint_steps, load_checkpo
                                       tensor_spec)
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
+from headway.analysis.llc.resolution import RESOLUTION_ROWS
 from headway.analysis.llc.trace import training_pool
 from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.analysis.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
@@ -105,7 +106,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     dla = direct_logit_attribution(model, batch, task)
     pool_tokens, pool_targets = training_pool(run, e, device)
     result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, sgld, progress=progress,
-                          desc=f"LLC {label}", precision=precision, validity=rules.llc_validity())
+                          desc=f"LLC {label}", precision=precision, validity=rules.llc_validity(), resolve=True,
+                          resolution_rows=RESOLUTION_ROWS)
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):

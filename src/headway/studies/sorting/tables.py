@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from headway.analysis.development import Development, development
+from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, limited_reasons
 from headway.analysis.statistics import permutation_independence, sidak, wilson_interval
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
@@ -46,7 +47,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     """The study's tables from the gathered metrics and analysis tables, by the rules in `data.rules`;
     `llc_bias` is the LLC estimator's relative bias (NaN: not measured, then taken as 0 by the LLC test)."""
     rules = data.rules
-    final = final_table(data.metrics, data.tables)
+    final = final_table(data.metrics, data.tables, rules.llc_validity())
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
@@ -62,13 +63,16 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
                          sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias)
 
 
-def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """One row per run: grid coordinates, measured δ̄, final accuracies, mode and its quantities, final LLC."""
+def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame], limits: ValidityLimits) -> pd.DataFrame:
+    """One row per run: grid coordinates, measured δ̄, final accuracies, mode and its quantities, final LLC (with why
+    it is no estimate, llc_invalid, or only a lower bound, llc_limited, at the LLC `limits`; "" when neither)."""
     last = final_metrics(metrics)
     keep = ["run_id", "seed", "weight_decay", "val_loss", "val_accuracy", "val_list_accuracy"]
     final = tables["final"].merge(last[keep], on="run_id", how="left")
-    llc = tables["llc_final"][["run_id", "llc_mean", "llc_std", "llc_se", "acceptance", "warnings"]].rename(
+    estimates = tables["llc_final"]
+    llc = estimates[["run_id", "llc_mean", "llc_std", "llc_se", "acceptance", "warnings"]].rename(
         columns={"llc_mean": "llc", "acceptance": "llc_acceptance", "warnings": "llc_warnings"})
+    llc = llc.assign(llc_invalid=invalid_reasons(estimates, limits), llc_limited=limited_reasons(estimates, limits))
     final = final.merge(llc, on="run_id", how="left")
     front = ["run_id", "data", "mean_gap", "weight_decay", "seed", "val_accuracy", "val_list_accuracy", "mode"]
     rest = [c for c in final.columns if c not in front and c not in ("instance", "ensemble")]
