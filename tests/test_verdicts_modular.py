@@ -354,7 +354,7 @@ def test_a_resolution_limited_checkpoint_cannot_place_the_peak_or_carry_the_fall
     trace = trace.assign(shortfall=[0.01, 0.01, 0.4, 0.01, 0.01], quadratic_llc=12.0, quadratic_limit=20.0,
                          unresolved_directions=9.0)
     run = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
-    assert run.peak_step == 1000 and run.excluded[100].startswith("resolution-limited: 40% of the curved basin unseen")
+    assert run.peak_step == 1000 and run.excluded[100].startswith("resolution-limited: more than 15% of the curved basin unseen")
     row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == ""  # nothing limited after the peak
     trace["shortfall"] = [0.01, 0.01, 0.01, 0.01, 0.4]

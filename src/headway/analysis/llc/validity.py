@@ -127,16 +127,13 @@ def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
 
 def limited_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per row, why its λ̂ is only a lower bound ("" when it is not): a `shortfall` (the share of the curved basin
-    its settings leave unseen, `headway.analysis.llc.resolution`) beyond `limits.max_shortfall`, with the row's
-    numbers. Rows without a shortfall (no resolution measured, or written before it existed) are not judged."""
+    its settings leave unseen, `headway.analysis.llc.resolution`) beyond `limits.max_shortfall`. The reason names the
+    limit, not the row's numbers (they are its columns): a spectrum measured with another thread count differs in its
+    last digits, and the reasons a verdict quotes must not. Rows without a shortfall (no resolution measured, or
+    written before it existed) are not judged."""
     if "shortfall" not in rows.columns:
         return pd.Series("", index=rows.index, dtype=str)
-
-    def reason(row) -> str:
-        if not (np.isfinite(row.shortfall) and row.shortfall > limits.max_shortfall):
-            return ""
-        return (f"resolution-limited: {row.shortfall:.0%} of the curved basin unseen at these settings (the "
-                f"quadratic prediction {row.quadratic_llc:.3g} against {row.quadratic_limit:.3g} as γ → 0, "
-                f"{row.unresolved_directions:g} directions below γ/nβ); λ̂ is a lower bound")
-
-    return rows.apply(reason, axis=1).astype(str)
+    beyond = rows.shortfall.to_numpy(dtype=float) > limits.max_shortfall
+    reason = (f"resolution-limited: more than {limits.max_shortfall:.0%} of the curved basin unseen at these "
+              "settings (the Hessian's quadratic prediction against its γ → 0 limit); λ̂ is a lower bound")
+    return pd.Series(np.where(beyond, reason, ""), index=rows.index, dtype=str)
