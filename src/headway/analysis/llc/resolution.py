@@ -201,10 +201,15 @@ class Spectrum:
     method: str  # "exact" or "lanczos"
 
     @property
-    def curved(self) -> np.ndarray:
-        """[E, K] which values are curvature rather than a flat direction (above `FLAT` of the largest)."""
+    def floor(self) -> np.ndarray:
+        """[E, 1] the magnitude below which a value is a flat direction: `FLAT` of the largest."""
         top = np.abs(self.values).max(axis=1, keepdims=True)
-        return self.values > FLAT * np.where(top > 0, top, 1.0)
+        return FLAT * np.where(top > 0, top, 1.0)
+
+    @property
+    def curved(self) -> np.ndarray:
+        """[E, K] which values are curvature rather than a flat direction."""
+        return self.values > self.floor
 
     @property
     def stiffest(self) -> np.ndarray:
@@ -226,10 +231,9 @@ class Spectrum:
         values, weights, curved = self.values, self.weights, self.curved
         with np.errstate(invalid="ignore", divide="ignore"):
             share = np.where(curved, nbeta * values / (nbeta * values + gamma), 0.0)
-        top = np.abs(values).max(axis=1, keepdims=True)
         prediction = 0.5 * (weights * share).sum(axis=1)
         limit = 0.5 * (weights * curved).sum(axis=1)
         unresolved = (weights * (curved & (values < gamma / nbeta))).sum(axis=1)
-        negative = (weights * (values < -FLAT * np.where(top > 0, top, 1.0))).sum(axis=1)
+        negative = (weights * (values < -self.floor)).sum(axis=1)
         return Resolution(prediction, limit, np.round(unresolved, 1), np.round(negative, 1), self.directions,
                           self.method)

@@ -12,7 +12,7 @@ import torch
 
 from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
-from headway.analysis.llc.resolution import RESOLUTION_ROWS
+from headway.analysis.llc.resolution import PROBES, RESOLUTION_ROWS, STEPS
 from headway.analysis.llc.validity import ValidityLimits
 from headway.errors import TimeLimitReached
 from headway.progress import tracked
@@ -24,7 +24,6 @@ from headway.runs.store import load_model
 from headway.train.objective import readout_loss, run_loss
 
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
-RESOLUTION = 1  # the version of the resolution check each traced estimate carries (`estimate_llc(resolve=True)`)
 
 
 def estimator_bias(settings: SGLDSettings) -> float:
@@ -61,7 +60,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns with the resolution's (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so
-    `invalid` says when chains left the basin, and `limited` when the settings cannot see the basin), passed through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
+    `invalid` says when chains left the basin, and `limited` when the settings cannot see the basin), passed
+    through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
     `validity` holds the limits the diagnostics and `invalid` judge the chains by (a study's rules). Each
     checkpoint is saved to `folder` as it finishes and reused while `stamp` (with the SGLD settings, the validity
     limits and runs) is unchanged. Losses are
@@ -82,7 +82,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     # traces from before the basin check lack chance_loss, those before the validity rules validity, and those before
     # the resolution check its ceiling and shortfall: each is traced again
     settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
-                "validity": validity.to_dict(), "resolution": RESOLUTION, **(stamp or {})}
+                "validity": validity.to_dict(),
+                "resolution": {"rows": RESOLUTION_ROWS, "probes": PROBES, "steps": STEPS}, **(stamp or {})}
     if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
         for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
             stale.unlink()
