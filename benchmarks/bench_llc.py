@@ -13,6 +13,9 @@ Part 2: E instances × C chains in one batched call against E·C calls of one in
 Ratios are measured in the same run (medians over --repeats, alternating), since machines are noisy.
 `--precision` is that of headway's sampling (devinterp has none: it runs in float32); compare the
 estimates of both in the printed table before comparing their times.
+`--auto N` first chooses the settings for instance 0 within N steps a chain (`choose_settings` from nβ 1e4, the
+chains and the batch, the Hessian on 256 pool rows), prints the choice, and runs both parts at it: devinterp
+against headway at headway's own calibrated settings; a refused choice ends the run with its reason.
 """
 
 from __future__ import annotations
@@ -182,6 +185,21 @@ def part_two(model, tokens, targets, settings, repeats, device, precision) -> di
             "llc": batched.llc_mean}
 
 
+def chosen_settings(model: EnsembleTransformer, tokens: torch.Tensor, targets: torch.Tensor, base: SGLDSettings,
+                    budget: int, precision: str) -> SGLDSettings:
+    """The settings `choose_settings` picks for instance 0 within `budget` steps a chain (L(w*) as `base`'s); a
+    refusal ends the run with its reason."""
+    from headway.analysis.llc.auto import choose_settings
+    from headway.analysis.llc.resolution import RESOLUTION_ROWS
+
+    choice = choose_settings(single(model, 0), sorting_loss, tokens[:1], targets[:1], base=base, max_steps=budget,
+                             precision=precision, rows=RESOLUTION_ROWS)
+    print(f"auto ({budget} steps a chain): {choice.reason}", flush=True)
+    if choice.settings is None:
+        raise SystemExit("no setting qualified; nothing to compare")
+    return choice.settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chains", type=int, default=4)
@@ -195,6 +213,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="alternating rounds; the median is reported")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--precision", default="fp32", help="headway's sampling precision: fp32, tf32, bf16, auto")
+    parser.add_argument("--auto", type=int, default=None, metavar="N",
+                        help="choose the settings for instance 0 within N SGLD steps a chain, then compare at them")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -203,9 +223,11 @@ def main() -> None:
                             init_batch_size=args.batch_size)  # L(w*) as when RESULTS.md was measured
     tokens, targets = pool(args.pool, args.instances, device)
     model = trained_ensemble(args.instances, args.train_steps, tokens, targets, device)
+    if args.auto is not None:
+        settings = chosen_settings(model, tokens, targets, settings, args.auto, args.precision)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
-    print(f"device: {device} ({where}); torch {torch.__version__}; {args.chains} chains × {args.draws} draws "
-          f"(burn-in {args.burnin}), batch {args.batch_size}, ε {LR:g}, γ {LOCALIZATION:g}, "
+    print(f"device: {device} ({where}); torch {torch.__version__}; {settings.chains} chains × {settings.draws} draws "
+          f"(burn-in {settings.burnin}), batch {settings.batch_size}, ε {settings.lr:g}, γ {settings.localization:g}, "
           f"nβ {settings.nbeta:.2f}; {args.train_steps} Adam steps before sampling; headway at {args.precision}")
     one = part_one(model, tokens, targets, settings, args.repeats, device, args.precision)
     print(f"part 1: headway {one['headway_s']:.2f} s, LLC {one['headway'][0]:.2f} ± {one['headway'][1]:.2f}; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import math
 import warnings
 from dataclasses import replace
@@ -202,8 +203,10 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
     frame = first.to_frame()
     assert list(frame.columns) == ["instance", "llc_mean", "llc_std", "llc_se", "init_loss", "init_loss_se",
                                    "acceptance", "draw_loss", "chance_loss", "basin_fraction",
-                                   "moving_weights", *[f"llc_chain{c}" for c in range(6)], "n_warnings", "warnings", "invalid"]
-    assert frame.shape == (2, 20)
+                                   "moving_weights", "settings", *[f"llc_chain{c}" for c in range(6)], "n_warnings",
+                                   "warnings", "invalid"]
+    assert json.loads(frame.settings.iloc[0]) == {**settings.to_dict(), "nbeta": first.settings["nbeta"]}
+    assert frame.shape == (2, 21)
     np.testing.assert_allclose(frame.draw_loss, first.loss_trace.mean(axis=(1, 2)), rtol=1e-6)
     assert frame.chance_loss.isna().all() and frame.basin_fraction.isna().all()  # no chance loss given
     assert first.settings["nbeta"] == pytest.approx(default_nbeta(128)) == pytest.approx(128 / math.log(128))

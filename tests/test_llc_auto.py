@@ -3,7 +3,10 @@ recorded with why or refused with the reason; `estimate_llc(settings="auto")`.""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -40,7 +43,7 @@ def test_the_tanh_member_is_read_within_15_percent_at_the_settings_chosen_for_it
     assert choice.settings is not None, choice.reason
     row = choice.result.to_frame().iloc[0]
     assert row.invalid == "" and row.limited == "" and abs(row.llc_mean / TanhTeacher().truth - 1) < 0.15
-    assert list(choice.tries.role) == ["try", "ε/2"] and choice.tries.passed.all()
+    assert list(choice.tries.role) == ["try", "ε/2", "2γ", "batch 1024"] and choice.tries.passed.all()
     assert "h_max" in choice.reason and "held at ε/2" in choice.reason
     assert choice.to_dict()["settings"]["localization"] == choice.settings.localization
 
@@ -64,3 +67,29 @@ def test_estimate_llc_auto_and_a_wrong_word():
     cube = lambda model, inputs, outputs: (model(inputs) - outputs).pow(4).mean()  # noqa: E731
     frame = estimate_llc(flat, cube, xs, torch.zeros(512, 1), "auto").to_frame()
     assert frame.moving_weights.iloc[0] == 3 and frame.quadratic_limit.iloc[0] == 0
+
+
+def test_a_table_without_recorded_settings_was_taken_at_the_plans_own():
+    from headway.analysis.llc.study_settings import recorded_settings, sgld_record
+
+    planned = SGLDSettings(lr=1e-5, chains=2)
+    assert recorded_settings(pd.DataFrame(), planned).settings == planned
+    chosen = SGLDSettings(lr=3e-7, nbeta=50.0, chains=2)
+    table = pd.DataFrame({"settings": [json.dumps(chosen.to_dict(), sort_keys=True)] * 2,
+                          "choice": ["h_max = 3; …"] * 2, "invalid": ["", ""]})
+    record = sgld_record(table, planned)
+    assert record == {"sgld": chosen.to_dict(), "sgld_choice": "h_max = 3; …", "sgld_refused": ""}
+
+
+def test_a_noisy_choice_is_refused_not_passed_on_its_standard_errors():
+    """At nβ 1e4 and batch 64 (the sorting study's base) minibatch noise heats the chains: on a deep linear network of
+    λ = 8 the choice read 27 ± 25, which every check on standard errors let through; it must be refused."""
+    from headway.analysis.llc.known_answers import MIN_POOL, SUITE, gaussian_nll, known_pool
+
+    known = SUITE[6]
+    model, x, y = known_pool(known, max(MIN_POOL, 256), 6, "cpu")
+    base = SGLDSettings(nbeta=1e4, chains=4, batch_size=64)
+    choice = choose_settings(model, gaussian_nll, x, y, base, max_steps=1000,
+                             chance_loss=0.5 * y.double().pow(2).sum(dim=-1).mean().item())
+    assert choice.settings is None and "is not resolved to 10%" in choice.reason
+    assert choice.result.to_frame().invalid.iloc[0].startswith("no SGLD setting qualified")

@@ -165,7 +165,7 @@ def test_the_gpu_plan_can_test_the_gap_claim_and_traces_the_llc_within_its_budge
 @pytest.mark.slow
 def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     out = tmp_path / "study"
-    report = SortingStudy(small_plan(), out, device="cpu", progress=False).run()
+    report = SortingStudy(small_plan(llc_budget=200), out, device="cpu", progress=False).run()
     html = report.read_text()
     for section in ("Head modes", "Threshold sensitivity", "Circuits", "Ablations", "Development", "Claims",
                     "Methods: the rules", "LLC estimator bias", "measured on models of known LLC"):
@@ -194,6 +194,16 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert np.isfinite(results.llc).all()
     curve = pd.read_csv(out / "llc_curve.csv")
     assert set(curve.weights) == {"all", "L0H0", "L0H1"} and curve.step.nunique() == 4
+    # the settings were chosen once, within the budget, and every estimate (trace and final) was taken at them
+    choice = summary["sgld_choice"]
+    assert choice.startswith("h_max = ") and set(curve.choice) == {choice}
+    used = {json.dumps(summary["sgld"], sort_keys=True)}
+    final = pd.concat(pd.read_parquet(path) for path in (out / "analysis").glob("*/llc_final.parquet"))
+    assert set(curve.settings) == set(final.settings) == used and summary["sgld"]["burnin"] <= 200 // 4
+    assert "Why these settings: h_max = " in html
+    refused = summary["sgld_refused"] != ""  # refused: the plan's own settings, every estimate invalid with the reason
+    assert (summary["sgld"]["lr"] == small_plan().sgld.lr) == refused
+    assert (curve.invalid.str.startswith("no SGLD setting qualified") == refused).all()
     assert curve.run_id.nunique() == 2  # uniform data, seed 0, both weight decays
     figures = {p.name for p in (out / "figures").glob("*.png")}
     assert {"training.png", "mode_map.png", "mode_fractions.png"} <= figures
@@ -202,7 +212,7 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert any(name.startswith("circuits_") for name in figures)
     # a second call reuses everything: same tables, nothing retrained or re-estimated
     before = (out / "results.csv").read_text()
-    SortingStudy(small_plan(), out, device="cpu", progress=False).run()
+    SortingStudy(small_plan(llc_budget=200), out, device="cpu", progress=False).run()
     assert (out / "results.csv").read_text() == before
     again = json.loads((out / "summary.json").read_text())
     assert again["seconds"]["training_s"] < 5 and again["seconds"]["analysis_s"] < 5

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # torch and pandas load with the first training or analysis, 
     import torch
 
     from headway.analysis.llc import SGLDSettings
+    from headway.analysis.llc.study_settings import StudySettings
 
 DONE = "done.json"  # written next to an ensemble's analysis tables when they are complete
 RUNS = "runs"  # a study's trained ensembles, under its output folder
@@ -310,6 +311,7 @@ class TracedPlan(Protocol):
 
     sgld: SGLDSettings
     llc_checkpoints: int | None
+    llc_budget: int | None  # SGLD steps a chain within which settings are chosen per ensemble; None: `sgld` as given
 
     def development_runs(self) -> list[RunConfig]:
         """The runs whose LLC is traced over training."""
@@ -317,42 +319,60 @@ class TracedPlan(Protocol):
 
 class TracingStudy(Study):
     """A study that also traces the LLC over training of its plan's `development_runs()` (`llc_trace`) into
-    its `llc_curve` table, and allows for the estimator's bias beside those estimates: the package's
+    its `llc_curve` table, at SGLD settings chosen once per ensemble within the plan's `llc_budget`
+    (`llc_settings`), and allows for the estimator's bias beside those estimates: the package's
     `tables.summarise(data, llc_bias)` takes it."""
 
     plan: TracedPlan
 
     def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The base stamp with the SGLD settings, the traced runs and the number of traced checkpoints: a trace
+        """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints and the step
+        budget settings are chosen within (absent for the plan's own settings, as before there was a choice): a trace
         made otherwise is made again."""
         return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.to_dict(), "development": self.traced(runs),
-                "llc_checkpoints": self.plan.llc_checkpoints}
+                "llc_checkpoints": self.plan.llc_checkpoints,
+                **({} if self.plan.llc_budget is None else {"llc_budget": self.plan.llc_budget})}
 
     def traced(self, runs: list[RunConfig]) -> list[str]:
         """Ids of the runs of `runs` whose LLC is traced over training."""
         return sorted({run.run_id for run in self.plan.development_runs()} & {run.run_id for run in runs})
 
+    def llc_settings(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device) -> StudySettings:
+        """The SGLD settings of every LLC this study estimates of one ensemble (`study_settings`): the plan's as given,
+        or, with an `llc_budget`, chosen on its traced runs (else the runs of its first training pool) at their last
+        checkpoint, and saved under `folder`."""
+        from headway.analysis.llc.run_calibration import pool_groups
+        from headway.analysis.llc.study_settings import study_settings
+
+        traced = [i for i, run in enumerate(runs) if run.run_id in self.traced(runs)]
+        members = traced or pool_groups(runs, range(len(runs)))[0]
+        return study_settings(run_dir, folder / LLC_TRACE, runs, members, self.plan.sgld, self.plan.llc_budget,
+                              device, self.rules.llc_validity(), self.compute.precision,
+                              stamp={"version": self.version, **self.precision_stamp()}, deadline=self.deadline)
+
     def trace_llc(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device,
-                  weights: str = "all") -> pd.DataFrame:
-        """The `llc_curve` table of one ensemble: the LLC of its traced runs over training, for each weight group
-        of `weights`, saved checkpoint by checkpoint under `folder` (so a time limit stops it between checkpoints
-        and the next call continues it) and tagged like every other table."""
+                  chosen: StudySettings, weights: str = "all") -> pd.DataFrame:
+        """The `llc_curve` table of one ensemble: the LLC of its traced runs over training at the `chosen` settings
+        (`llc_settings`), for each weight group of `weights`, saved checkpoint by checkpoint under `folder` (so a
+        time limit stops it between checkpoints and the next call continues it) and tagged like every other table."""
         from headway.analysis.llc.trace import llc_trace
 
         traced = [i for i, run in enumerate(runs) if run.run_id in self.traced(runs)]
-        return llc_trace(run_dir, folder / LLC_TRACE, runs, traced, self.plan.sgld, self.plan.llc_checkpoints, device,
+        return llc_trace(run_dir, folder / LLC_TRACE, runs, traced, chosen.settings, self.plan.llc_checkpoints, device,
                          self.progress, self.schemas["llc_curve"], self.rules.llc_validity(), weights=weights,
                          tag=lambda frame: self.tag(frame, runs, traced),
                          stamp={"version": self.version, **self.precision_stamp()},
-                         precision=self.compute.precision, deadline=self.deadline)
+                         precision=self.compute.precision, deadline=self.deadline, choice=chosen.reason,
+                         refused=chosen.refused)
 
     def summarise(self, data: StudyData) -> Any:
         """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD
-        settings when the LLC was traced (NaN when nothing was: no estimate to allow for)."""
+        settings (chosen within its `llc_budget` when it has one) when the LLC was traced (NaN when nothing was: no estimate to allow for)."""
         from headway.analysis.llc.trace import estimator_bias
 
         traced = len(data.tables["llc_curve"]) > 0
-        return self.step("tables", "summarise")(data, estimator_bias(self.plan.sgld) if traced else math.nan)
+        bias = estimator_bias(self.plan.sgld, self.plan.llc_budget) if traced else math.nan
+        return self.step("tables", "summarise")(data, bias)
 
 
 def joined(parts: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:

@@ -8,13 +8,14 @@ from headway.runs.schema import TableSchema
 # The columns of `LLCResult.to_frame()` with its resolution (`estimate_llc(resolve=True)`): one row per instance.
 _ESTIMATE = {"instance": "int", "llc_mean": "float", "llc_std": "float", "llc_se": "float", "init_loss": "float",
              "init_loss_se": "float", "acceptance": "float", "draw_loss": "float", "chance_loss": "float",
-             "basin_fraction": "float", "moving_weights": "int", "llc_chain{n}": "float", "n_warnings": "int",
-             "warnings": "str", "invalid": "str", "quadratic_llc": "float", "quadratic_limit": "float",
+             "basin_fraction": "float", "moving_weights": "int", "settings": "str", "choice": "str",
+             "llc_chain{n}": "float", "n_warnings": "int", "warnings": "str", "invalid": "str", "quadratic_llc": "float", "quadratic_limit": "float",
              "unresolved_directions": "float", "negative_directions": "float", "shortfall": "float",
              "spectrum": "str", "limited": "str"}
-# Absent from tables written before the ceiling and resolution checks: such rows are judged without them.
-_LATER = ("moving_weights", "quadratic_llc", "quadratic_limit", "unresolved_directions", "negative_directions",
-          "shortfall", "spectrum", "limited")
+# Absent from tables written before the ceiling and resolution checks and the settings chosen per model (`settings`,
+# and `choice`: why those settings, `headway.analysis.llc.study_settings`): such rows are judged without them.
+_LATER = ("moving_weights", "settings", "choice", "quadratic_llc", "quadratic_limit", "unresolved_directions",
+          "negative_directions", "shortfall", "spectrum", "limited")
 LLC = TableSchema.of(_ESTIMATE, optional=_LATER)  # a study adds its tags (`TableSchema.plus`)
 # A trace's rows: the step and weight group, the estimate and each chain's loss trace (then a study's tags).
 LLC_TRACE = TableSchema.of({"step": "int", "weights": "str", **_ESTIMATE, "loss_trace": "list<list<float>>"},

@@ -8,6 +8,8 @@ chains' spread.
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -70,7 +72,8 @@ class LLCResult:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
-        draw_loss, chance_loss, basin_fraction, moving_weights, llc_chain{c}, n_warnings, warnings (that instance's
+        draw_loss, chance_loss, basin_fraction, moving_weights, settings (the SGLD settings used, nβ resolved, as
+        JSON), llc_chain{c}, n_warnings, warnings (that instance's
         diagnostics joined by "; ") and invalid (why λ̂ is no estimate, "" when valid: `validity.invalid_reasons`
         at the result's `validity` limits); with a `resolution`, its columns (quadratic_llc, quadratic_limit,
         unresolved_directions, negative_directions, shortfall, spectrum) and limited (why λ̂ is only a lower bound,
@@ -80,7 +83,8 @@ class LLCResult:
                               "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
                               "acceptance": self.acceptance, "draw_loss": self.draw_loss,
                               "chance_loss": self.chance_loss, "basin_fraction": self.basin_fraction,
-                              "moving_weights": self.moving_weights})
+                              "moving_weights": self.moving_weights,
+                              "settings": json.dumps(self.settings, sort_keys=True)})
         for chain in range(c):
             frame[f"llc_chain{chain}"] = self.llc_per_chain[:, chain]
         own = [self.instance_warnings(i) for i in range(e)]

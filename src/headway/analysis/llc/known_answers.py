@@ -274,26 +274,33 @@ class SuiteBias:
 
     def summary(self) -> str:
         """One line for a report, e.g. "known-answer suite (8 models): λ̂/λ − 1 from −9% to +6% (mean −1%,
-        worst 9%; relative SE up to 4%)"."""
-        errors = self.table.relative_error
+        worst 9%; relative SE up to 4%)", with how many estimates were invalid (a refused choice among them)."""
+        errors, invalid = self.table.relative_error, int((self.table.invalid != "").sum())
         return (f"known-answer suite ({len(errors)} models): λ̂/λ − 1 from {errors.min():+.0%} to {errors.max():+.0%} "
                 f"(mean {errors.mean():+.0%}, worst {self.max_abs_relative_error:.0%}; relative SE up to "
-                f"{self.max_relative_se:.0%})")
+                f"{self.max_relative_se:.0%})" + (f"; {invalid} of them invalid at these settings" if invalid else ""))
 
 
-def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed: int = 0) -> SuiteBias:
+def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed: int = 0,
+               budget: int | None = None) -> SuiteBias:
     """λ̂ of every `SUITE` model at `settings` (L(w*) on the whole pool) against its known λ: the estimator's
     bias at a study's own SGLD settings. `seed` draws the pools; the sampler's seed is `settings.seed`. The
     suite's models have unit curvature in their regular directions, so the bias measured here is the one an
-    estimate at these settings carries on models of that scale, not a property of the settings alone."""
+    estimate at these settings carries on models of that scale, not a property of the settings alone. With a
+    `budget`, each model's settings are chosen from `settings` within that many steps a chain, as a study with
+    that budget chooses its own (`auto.choose_settings`): the bias of the choice, not of one setting."""
+    from headway.analysis.llc.auto import choose_settings
+
     settings = replace(settings, init_loss_batches=None)
     rows, used = [], {}
     for i, known in enumerate(SUITE):
         size = max(MIN_POOL, 4 * settings.batch_size)
         model, x, y = known_pool(known, size, seed + i, device)
         chance = 0.5 * y.double().pow(2).sum(dim=-1).mean().item()
-        result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance)
-        frame, used = result.to_frame().iloc[0], result.settings
+        result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance) if budget is None else \
+            choose_settings(model, gaussian_nll, x, y, settings, max_steps=budget, chance_loss=chance).result
+        frame, used = result.to_frame().iloc[0], result.settings if budget is None else {**settings.to_dict(),
+                                                                                          "budget": budget}
         rows.append({"model": known.name, "regular": known.regular, "parameters": known.parameters,
                      "truth": known.truth, "estimate": frame.llc_mean, "se": frame.llc_se,
                      "relative_error": frame.llc_mean / known.truth - 1, "acceptance": frame.acceptance,

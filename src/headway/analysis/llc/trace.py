@@ -5,6 +5,7 @@ interrupted trace resumes where it stopped. Any task; the sorting and modular st
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -26,13 +27,14 @@ from headway.train.objective import readout_loss, run_loss
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
 
 
-def estimator_bias(settings: SGLDSettings) -> float:
-    """The worst relative error of the LLC estimator at `settings` on the known-answer suite (models of known
-    λ; `headway.analysis.llc.known_answers`), measured on the CPU in seconds: the bias a study allows for
-    beside its own estimates (`development(bias=...)`) and shows beside its LLC tables."""
+def estimator_bias(settings: SGLDSettings, budget: int | None = None) -> float:
+    """The worst relative error of the LLC estimator at `settings` (with a `budget`: of settings chosen from them
+    within it) on the known-answer suite (models of known λ; `headway.analysis.llc.known_answers`), measured on the
+    CPU in seconds: the bias a study allows for beside its own estimates (`development(bias=...)`) and shows beside
+    its LLC tables."""
     from headway.analysis.llc.known_answers import suite_bias
 
-    return suite_bias(settings, device="cpu").max_abs_relative_error
+    return suite_bias(settings, device="cpu", budget=budget).max_abs_relative_error
 
 
 def uniform_guess_loss(run: RunConfig, targets: torch.Tensor) -> float:
@@ -55,7 +57,8 @@ def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) 
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
               count: int | None, device: torch.device | str, progress: bool, schema: TableSchema,
               validity: ValidityLimits, weights: str = "all", tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
-              stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None) -> pd.DataFrame:
+              stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None,
+              choice: str = "", refused: str = "") -> pd.DataFrame:
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
@@ -64,7 +67,9 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
     `validity` holds the limits the diagnostics and `invalid` judge the chains by (a study's rules). Each
     checkpoint is saved to `folder` as it finishes and reused while `stamp` (with the SGLD settings, the validity
-    limits and runs) is unchanged. Losses are
+    limits and runs) is unchanged. `choice` says why `sgld` (`study_settings.StudySettings.reason`; a column of every
+    row), and `refused`, when the settings were chosen per model and none qualified, makes every estimate invalid
+    with that reason. Losses are
     evaluated at `precision` (`headway.compute`). Once `deadline` (a `time.time()` value) has passed, no
     further checkpoint is started: TimeLimitReached, with every finished checkpoint kept for the next call."""
     if not instances:
@@ -83,7 +88,8 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     # the resolution check its ceiling and shortfall: each is traced again
     settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
                 "validity": validity.to_dict(),
-                "resolution": {"rows": RESOLUTION_ROWS, "probes": PROBES, "steps": STEPS}, **(stamp or {})}
+                "resolution": {"rows": RESOLUTION_ROWS, "probes": PROBES, "steps": STEPS},
+                **({"refused": refused} if refused else {}), **(stamp or {})}
     if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
         for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
             stale.unlink()
@@ -103,7 +109,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
             result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor,
                                   precision=precision, chance_loss=chance, validity=validity, resolve=True,
                                   resolution_rows=RESOLUTION_ROWS)
-            frame = result.to_frame()
+            frame = replace(result, refused=refused).to_frame().assign(choice=choice)
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)
             frame.insert(0, "step", step)

@@ -31,6 +31,9 @@ class ModularPlan(Plan):
         "Seeds whose LLC is traced over training (every train fraction and weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_budget: int | None = field(default=None, metadata=axis(
+        "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
+        "settings as given; docs/decisions.md).", words={"fixed": None}))
 
     def __post_init__(self) -> None:
         if not (self.train_fractions and self.weight_decays and self.seeds):
@@ -41,6 +44,8 @@ class ModularPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        if self.llc_budget is not None:
+            check_int("llc_budget", self.llc_budget, 2)
         self.runs()  # every task and recipe setting is checked before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:

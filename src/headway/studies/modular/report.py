@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headway.analysis.llc.study_settings import recorded_settings
 from headway.analysis.stages import StageRule
 from headway.plots.development import plot_development, plot_sgld_traces
 from headway.plots.modular import plot_fourier_curves, plot_grokking, plot_spectra
@@ -126,7 +127,9 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
     if not tables.development:
         section.paragraph("No run was traced.")
         return
-    sgld, curve = data.plan.sgld, data.tables["llc_curve"]
+    curve = data.tables["llc_curve"]
+    chosen = recorded_settings(curve, data.plan.sgld)
+    sgld = chosen.settings
     section.paragraph(
         f"LLC of the whole model estimated by SGLD at {curve.step.nunique()} log-spaced checkpoints on each run's "
         f"training set: ε = {sgld.lr:g}, γ = {sgld.localization:g}, nβ = {sgld.nbeta if sgld.nbeta else 'B / ln B'}, "
@@ -134,6 +137,7 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "Stage boundaries: red from LLC turning points, blue from the test loss's plateaus. A checkpoint whose "
         "estimate is invalid (λ̂ ≤ 0, no standard error, a chain that diverged or left the basin) is left out; a run "
         "with an invalid checkpoint after its peak cannot carry the LLC claim.")
+    section.paragraph(f"Why these settings: {chosen.reason}.")
     bias = tables.llc_bias
     section.key_values({"estimator's relative bias": "not measured (taken as 0)" if math.isnan(bias) else f"{bias:.1%}",
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},

@@ -38,5 +38,6 @@ class ModularStudy(TracingStudy):
 
         parts = self.tagged_by_task(runs, lambda members: analyse_members(run_dir, runs, members, device,
                                                                           self.rules.coverage))
-        parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device)]
+        chosen = self.llc_settings(run_dir, folder, runs, device)
+        parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen)]
         return joined(parts)

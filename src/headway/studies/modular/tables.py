@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headway.analysis.llc.study_settings import sgld_record
 from headway.analysis.development import Development, development
 from headway.analysis.emergence import stays_above_from
 from headway.runs.store import final_metrics, plain_value
@@ -137,7 +138,7 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
         "development": [traced.summary(run_title(tables.runs, traced.run_id)) for traced in tables.development],
         "llc": records(tables.llc.drop(columns="excluded")),
         "llc_bias": plain_value(tables.llc_bias),
-        "sgld": plan.sgld.to_dict(),
+        **sgld_record(data.tables["llc_curve"], plan.sgld),
         "verdicts": [v.to_dict() for v in verdicts],
         "threshold_sensitivity": records(sensitivity),
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()},

@@ -5,19 +5,21 @@ fixed lists. The final OV/QK circuits are kept as safetensors beside the tables.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from headway.analysis.llc import SGLDSettings, estimate_llc
+from headway.analysis.llc import estimate_llc
 from headway.runs import layout
 from headway.runs.checkpoints import (TensorSpec, checkpoint_steps, load_checkpoint, read_tensors, save_tensors,
                                       tensor_spec)
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
 from headway.analysis.llc.resolution import RESOLUTION_ROWS
+from headway.analysis.llc.study_settings import StudySettings
 from headway.analysis.llc.trace import training_pool
 from headway.analysis.sorting.circuits import measure_readout_scale, ov_circuits, qk_circuits
 from headway.analysis.sorting.effects import ablate_heads, autoregressive_accuracy, direct_logit_attribution
@@ -83,12 +85,13 @@ def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: 
 
 
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
-                    examples: int, sgld: SGLDSettings, progress: bool, label: str, rules: SortingRules,
+                    examples: int, chosen: StudySettings, progress: bool, label: str, rules: SortingRules,
                     precision: str = "fp32") -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
     """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
     of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits; the modes follow
-    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at `precision` (`headway.compute`)
-    and judged valid or not by the rules' LLC validity limits (`LLCRules.llc_validity`)."""
+    the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at the `chosen` settings (invalid
+    when their choice was refused) at `precision` (`headway.compute`) and judged valid or not by the rules' LLC
+    validity limits (`LLCRules.llc_validity`)."""
     thresholds = rules.mode_thresholds()
     run = runs[members[0]]
     task = run.task
@@ -105,7 +108,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     ablation = ablate_heads(model, batch, task)
     dla = direct_logit_attribution(model, batch, task)
     pool_tokens, pool_targets = training_pool(run, e, device)
-    result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, sgld, progress=progress,
+    result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, chosen.settings,
+                          progress=progress,
                           desc=f"LLC {label}", precision=precision, validity=rules.llc_validity(), resolve=True,
                           resolution_rows=RESOLUTION_ROWS)
     curve = []
@@ -116,5 +120,6 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         frame.insert(0, "step", step)
         curve.append(frame)
     tables = {"final": final, "ablation": ablation, "dla": dla, "mode_curve": pd.concat(curve, ignore_index=True),
-              "llc_final": result.to_frame(), "mode_sweep": threshold_sweep(ov, qk, rules.mode_sweeps(), thresholds)}
+              "llc_final": replace(result, refused=chosen.refused).to_frame().assign(choice=chosen.reason),
+              "mode_sweep": threshold_sweep(ov, qk, rules.mode_sweeps(), thresholds)}
     return tables, {"ov": ov, "qk": qk, "scores": scores}

@@ -48,6 +48,9 @@ class SortingPlan(Plan):
         "Seeds whose LLC is traced over training (first data value, every weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_budget: int | None = field(default=None, metadata=axis(
+        "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
+        "settings as given; docs/decisions.md).", words={"fixed": None}))
     llc_weights: str = field(default="all,heads", metadata=axis(
         "Weight groups of the LLC trace: all (the whole model), heads (each head alone), embed, unembed."))
     examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
@@ -64,6 +67,8 @@ class SortingPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        if self.llc_budget is not None:
+            check_int("llc_budget", self.llc_budget, 2)
         if "all" not in (group.strip() for group in self.llc_weights.split(",")):
             raise ConfigError(f"llc_weights = {self.llc_weights!r} must include 'all': the stages and the LLC verdict "
                               "read the whole-model LLC")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from headway.analysis.llc.study_settings import recorded_settings
 from headway.analysis.llc import MIN_ACCEPTANCE
 from headway.analysis.stages import StageRule
 from headway.plots.circuits import plot_circuits, plot_diagonal_scores
@@ -194,7 +195,8 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
     if not tables.development:
         section.paragraph("No run was traced.")
         return
-    sgld, groups = data.plan.sgld, sorted(set(curve.weights) - {"all"})
+    chosen, groups = recorded_settings(curve, data.plan.sgld), sorted(set(curve.weights) - {"all"})
+    sgld = chosen.settings
     section.paragraph(
         f"LLC estimated by SGLD at {curve.step.nunique()} log-spaced checkpoints, for the whole model"
         + (f" and for {', '.join(groups)} alone (only those weights move)" if groups else "")
@@ -206,6 +208,7 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
         "MALA acceptance is the mean Metropolis-adjusted Langevin acceptance probability of the SGLD steps "
         f"(a warning below {MIN_ACCEPTANCE:g}). Stage boundaries: red from LLC turning points, "
         "blue from the loss curve's plateaus (rule in Methods).")
+    section.paragraph(f"Why these settings: {chosen.reason}.")
     bias = tables.llc_bias
     section.key_values({"LLC estimator bias": "not measured: the rise-and-fall test takes it as 0" if math.isnan(bias)
                         else f"{bias:.1%} of each λ̂ (measured on models of known LLC), added to its standard error "

@@ -50,12 +50,13 @@ class SortingStudy(TracingStudy):
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.schemas}
         # the trace first: it is saved checkpoint by checkpoint, so a time limit stops it between checkpoints
         # and the next call continues it at once; the final analyses below start only before the deadline
-        parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, weights=plan.llc_weights)]
+        chosen = self.llc_settings(run_dir, folder, runs, device)  # one setting for the trace and the final LLCs
+        parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen, weights=plan.llc_weights)]
         TimeLimitReached.check(self.deadline, f"before the final analyses of {run_dir.name}")
         circuits: dict[str, list[torch.Tensor]] = {"ov": [], "qk": [], "scores": []}
         order: list[int] = []
         for members in by_task(runs).values():
-            tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, plan.sgld, self.progress,
+            tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, chosen, self.progress,
                                              data_label(runs[members[0]]), self.rules, self.compute.precision)
             for name, frame in tables.items():
                 parts[name].append(self.tag(frame, runs, members))

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from headway.analysis.llc.study_settings import sgld_record
 from headway.analysis.development import Development, development
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, limited_reasons
 from headway.analysis.statistics import permutation_independence, sidak, wilson_interval
@@ -195,7 +196,7 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         else {k: v for k, v in tables.gap_test.items() if k != "simulated_p"},  # the verdict gives its power
         "development": development,
         "llc_bias": None if math.isnan(tables.llc_bias) else tables.llc_bias,
-        "sgld": plan.sgld.to_dict(),
+        **sgld_record(data.tables["llc_curve"], plan.sgld),
         "rules": rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],
         "threshold_sensitivity": [{k: plain_value(v) for k, v in row.items()} for row in sensitivity.to_dict("records")],
