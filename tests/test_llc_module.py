@@ -91,6 +91,17 @@ def test_a_plain_module_gives_the_ensemble_paths_numbers():
     assert plain.settings == ensemble.settings
 
 
+def test_attention_under_vmap_is_batched_without_torchs_per_copy_fallback():
+    """The fused CPU attention kernel has no vmap batching rule: torch would call it once per chain with a
+    "performance drop" warning; the copies run attention as its math instead, with the same numbers."""
+    model, tokens, targets = trained_transformer()
+    settings = SGLDSettings(lr=1e-3, localization=100.0, chains=3, draws=5, burnin=0, batch_size=64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        estimate_llc(Single(model), mean_ce, tokens[0], targets[0], settings)
+    assert not [w for w in caught if "batching rule" in str(w.message)]
+
+
 def test_a_devinterp_evaluate_may_use_the_modules_attributes_and_submodules():
     """devinterp hands `evaluate` the module: a loss that indexes a holder or reads a weight gets the chain's."""
     model, x, y = mlp_classifier()

@@ -203,12 +203,17 @@ def error_line(err: Exception) -> str:
 
 @contextmanager
 def _unfused_attention() -> Iterator[None]:
-    """Turn off torch's fused inference kernels of nn.MultiheadAttention and nn.TransformerEncoderLayer:
-    under vmap they cannot see that the weights need gradients and take a kernel without a derivative."""
+    """Turn off torch's fused inference kernels of nn.MultiheadAttention and nn.TransformerEncoderLayer (under vmap
+    they cannot see that the weights need gradients and take a kernel without a derivative), and run
+    `scaled_dot_product_attention` as its math (matmul and softmax), which vmap batches over the copies: the fused
+    CPU kernels have no batching rule, so vmap would call them once per copy, with a warning each time."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     before = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)
     try:
-        yield
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
     finally:
         torch.backends.mha.set_fastpath_enabled(before)
 
