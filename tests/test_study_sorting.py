@@ -226,6 +226,11 @@ def test_study_sorting_cli_dry_run_and_bad_input(capsys):
     assert "24 runs" in capsys.readouterr().out
     assert main(["study", "sorting", "--out", "unused", "--mean-gap", "abc", "--dry-run"]) == 2
     assert "abc" in capsys.readouterr().err
+    assert main(["study", "sorting", "--out", "unused", "--llc-budget", "many", "--dry-run"]) == 2
+    assert "--llc-budget got 'many'; expected an integer or 'fixed'" in capsys.readouterr().err
+    assert main(["study", "sorting", "--out", "unused", "--llc-budget", "1", "--dry-run"]) == 2
+    assert "llc_budget = 1 is invalid; use an integer >= 2" in capsys.readouterr().err
+    assert main(["study", "sorting", "--out", "unused", "--llc-budget", "fixed", "--dry-run"]) == 0
 
 
 def test_damaged_circuits_are_refused_with_one_line(tmp_path):

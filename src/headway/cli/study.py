@@ -62,7 +62,23 @@ def parse_field(option: str, field: dataclasses.Field, kind: Any, text: str) -> 
         if None in values:  # 'none' stands for no value in a list only where the plan gives it a meaning (words)
             raise ConfigError(f"{option_flag(flag)} got {text!r}; give {item.__name__} values, not 'none'")
         return tuple(check_distinct(option_flag(flag), values))
-    return parse(flag, text) if parse is not None else parse_value(flag, text, kind)
+    try:
+        return parse(flag, text) if parse is not None else parse_value(flag, text, kind)
+    except ConfigError as err:
+        words = field.metadata["words"]
+        if not words:
+            raise
+        raise ConfigError(f"{err} or {' or '.join(repr(w) for w in words)}") from None
+
+
+def field_metavar(kind: Any, field: dataclasses.Field) -> str:
+    """How an option's value is shown in --help: a comma list for tuple fields, else one value or its words
+    (N|fixed)."""
+    if typing.get_origin(kind) is tuple:
+        return "V[,V…]"
+    inner = [arg for arg in typing.get_args(kind) if arg is not type(None)] or [kind]
+    one = "N" if inner[0] is int else "V"
+    return "|".join([one, *field.metadata["words"]])
 
 
 def study_command(cls: type[Study]) -> click.Command:
@@ -127,7 +143,8 @@ def study_command(cls: type[Study]) -> click.Command:
         *time_limit_params(),
         *memory_check_params(),
     ]
-    params += [setting_option(name, kinds[field.name], f"{field.metadata['help']} [default: the scale's]")
+    params += [setting_option(name, kinds[field.name], f"{field.metadata['help']} [default: the scale's]",
+                              field_metavar(kinds[field.name], field))
                for name, field in fields.items()]
     params += [click.Option([option_flag(name), name], default=None, metavar="V",
                             help=f"Override the {name.replace('_', ' ')} of every run; a comma list (or A..B) runs one study "
