@@ -41,6 +41,18 @@ def runs(modes: list[str], wd: float = 0.0, accuracy: float = 0.99, data: str = 
                          "val_list_accuracy": 0.9, "ar_token_accuracy": 0.98, "suppress_fraction_h0": 0.0})
 
 
+def llc_runs(simple: tuple[float, ...] = (40, 42, 39, 41, 43, 40), overlapping: tuple[float, ...] = (55, 58, 52, 56, 57, 54),
+             invalid: dict[int, str] | None = None, limited: dict[int, str] | None = None) -> pd.DataFrame:
+    """Learned runs with a final λ̂: splitting ones reading `simple`, overlapping ones `overlapping` (row order),
+    with why some are invalid or resolution-limited."""
+    final = runs(["splitting"] * len(simple) + ["overlapping"] * len(overlapping))
+    final = final.assign(llc=[*simple, *overlapping], llc_invalid="", llc_limited="")
+    for column, reasons in (("llc_invalid", invalid or {}), ("llc_limited", limited or {})):
+        for row, reason in reasons.items():
+            final.loc[row, column] = reason
+    return final
+
+
 def tables_of(final: pd.DataFrame, traced: list[Development] | None = None) -> SortingTables:
     """The study's tables around a final table (no gap test, no sweep stored)."""
     return SortingTables(final=final, fractions=mode_fractions(final, RULES.learned), gap_test=None,
@@ -146,6 +158,24 @@ def test_one_copy_suppression_model_does_not_make_it_a_main_mode():
     main = alone(sorting.copy_suppression_found(runs(["copy_suppression"] * 8 + ["splitting"] * 10), RULES))
     assert main.status == "reproduced" and main.p_value == pytest.approx(binomial_tail(8, 18, 0.1))
     assert alone(sorting.copy_suppression_found(runs(["splitting"] * 3), RULES)).status == "not testable"
+
+
+def test_the_simple_modes_are_simpler_only_on_valid_resolved_estimates_with_power():
+    found = alone(sorting.simpler_modes_lower_llc(llc_runs(), RULES))
+    assert found.status == "reproduced" and found.p_value < 1e-6 and found.power > 0.8
+    assert "usable: 6 in a simple mode, 6 overlapping" in found.evidence
+    same = alone(sorting.simpler_modes_lower_llc(llc_runs(overlapping=(40, 42, 39, 41, 43, 40)), RULES))
+    assert same.status == "not reproduced" and same.p_value == pytest.approx(0.5)
+    noisy = alone(sorting.simpler_modes_lower_llc(llc_runs(overlapping=(10, 90, 20, 80, 30, 70)), RULES))
+    assert noisy.status == "not testable" and noisy.power < 0.8  # a null from a design that could not see it
+    # a lower bound cannot order two models: resolution-limited and invalid estimates are left out
+    bounded = llc_runs(limited={6: "resolution-limited: …", 7: "resolution-limited: …"}, invalid={0: "λ̂ ≤ 0"})
+    found = alone(sorting.simpler_modes_lower_llc(bounded, RULES))
+    assert found.status == "not testable" and "fewer than 5 usable final λ̂ in a group" in found.evidence
+    assert "final λ̂ invalid: 1, resolution-limited: 2; usable: 5 in a simple mode, 4 overlapping" in found.evidence
+    with_nan = llc_runs().assign(llc=lambda f: f.llc.where(f.index != 0))  # an invalid run need not have a λ̂
+    with_nan.loc[0, "llc_invalid"] = "every chain diverged"
+    assert "missing input" not in alone(sorting.simpler_modes_lower_llc(with_nan, RULES)).evidence
 
 
 def test_the_cpu_result_judged_together():
@@ -393,6 +423,7 @@ CLAIMS = {
     "copy-suppression": Claimed(sorting.copy_suppression_found,
                                 lambda: {"final": runs(["copy_suppression"] * 8 + ["splitting"] * 10)}),
     "gap": Claimed(sorting.gap_decides_mode, gap_claim_inputs),
+    "simpler": Claimed(sorting.simpler_modes_lower_llc, lambda: {"final": llc_runs()}),
 }
 
 

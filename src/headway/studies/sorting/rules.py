@@ -83,6 +83,13 @@ class SortingRules(LLCRules):
     simple_effect: float = rule(0.8, "stated effect of the simple-modes claim: four learned runs in five settle into "
                                 "a simple mode", low=0.0, high=1.0)
 
+    # --- 'the simple modes are simpler (a lower final LLC) than overlapping ranges'
+    simpler_effect: float = rule(0.2, "stated effect of the simpler-modes claim: the simple modes' mean final λ̂ "
+                                 "this share of the overlapping runs' mean below it", low=0.0, high=1.0)
+    simpler_min_runs: int = rule(5, "valid, resolved final λ̂ each group (simple modes, overlapping) needs before "
+                                 "their means are compared: fewer give no between-run spread a normal test can trust",
+                                 low=2)
+
     # --- 'copy-suppression is one of the two main modes'
     copy_suppression_null: float = rule(0.1, "null share of learned runs in copy-suppression: a minor mode, one model "
                                         "in ten at most", low=0.0, high=1.0)

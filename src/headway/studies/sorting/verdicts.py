@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from headway.analysis.development import Development
-from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, poisson_binomial_tail,
-                                         wilson_interval)
+from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, normal_power, normal_tail,
+                                         poisson_binomial_tail, wilson_interval, z_score)
 from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
@@ -30,6 +30,8 @@ SIMPLE_CLAIM = "Heads settle into vocabulary-splitting or copy-suppression rathe
 COPY_SUPPRESSION_CLAIM = "Copy-suppression (one head copies, another suppresses) is one of the two main modes"
 GAP_CLAIM = "The gap distribution of the training data decides the final mode"
 LLC_CLAIM = "The LLC rises during initial learning and falls while the heads specialise"
+SIMPLER_CLAIM = ("Vocabulary-splitting and copy-suppression are simpler (a lower final LLC) than heads covering "
+                 "overlapping ranges")
 SIMPLE_MODES = ("splitting", "copy_suppression")
 
 
@@ -165,6 +167,44 @@ def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: C
     return binomial_finding(claim, int((learned["mode"] == "copy_suppression").sum()), len(learned),
                             rules.copy_suppression_null, rules.copy_suppression_effect,
                             f"largest suppressed fraction of any head: {largest}.")
+
+
+def _simpler_test(rules: SortingRules) -> str:
+    return ("among the learned runs whose final λ̂ is valid and resolved (not resolution-limited), a one-sided z-test "
+            "that the mean λ̂ of the overlapping runs exceeds that of the simple modes (splitting and copy-suppression), "
+            "over the standard error of the difference of the two means from the runs' spread (Welch); each group "
+            f"needs ≥ {rules.simpler_min_runs} runs. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} "
+            "below the overlapping runs'")
+
+
+# What the simpler-modes claim reads of each learned run: its mode and its final LLC with why it is no estimate or
+# only a lower bound (λ̂ itself only where it is neither).
+FINAL_LLC = reads("val_accuracy", "mode", "llc", "llc_invalid", "llc_limited")
+
+
+@checked_claim(SIMPLER_CLAIM, _simpler_test, final=FINAL_LLC)
+def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
+    """H0: the simple modes' mean final λ̂ is not below the overlapping runs'; invalid and resolution-limited
+    estimates are left out (a lower bound cannot order two models), and each group needs `simpler_min_runs`."""
+    learned = learned_runs(final, rules)
+    if learned.empty:
+        return claim.not_testable("no run learned", learned_text(final, rules.learned))
+    usable = learned[(learned.llc_invalid == "") & (learned.llc_limited == "")]
+    simple = usable[usable["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
+    overlapping = usable[usable["mode"] == "overlapping"].llc.to_numpy(dtype=float)
+    for value in (*simple, *overlapping):
+        present("a valid final λ̂", value)
+    counted = (f"learned runs: {len(learned)}; final λ̂ invalid: {int((learned.llc_invalid != '').sum())}, "
+               f"resolution-limited: {int(((learned.llc_invalid == '') & (learned.llc_limited != '')).sum())}; "
+               f"usable: {len(simple)} in a simple mode, {len(overlapping)} overlapping")
+    if min(len(simple), len(overlapping)) < rules.simpler_min_runs:
+        return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group", f"{counted}.")
+    gap = float(overlapping.mean() - simple.mean())
+    noise = math.sqrt(simple.var(ddof=1) / len(simple) + overlapping.var(ddof=1) / len(overlapping))
+    effect = rules.simpler_effect * float(overlapping.mean())
+    evidence = (f"{counted}; mean λ̂ {simple.mean():.4g} (simple) against {overlapping.mean():.4g} (overlapping), "
+                f"difference {gap:.4g} ± {noise:.2g}.")
+    return claim.finding(evidence, normal_tail(z_score(gap, noise)), lambda level: normal_power(effect, noise, level))
 
 
 def _gap_test(rules: SortingRules) -> str:
@@ -315,4 +355,5 @@ def _llc_course(traced: Development, tested: RunTest) -> str:
 CLAIMS = registry(StudyClaim("learns-to-sort", learns_to_sort), StudyClaim("splitting", splitting_with_and_without_decay),
                   StudyClaim("simple-modes", simple_modes), StudyClaim("copy-suppression", copy_suppression_found),
                   StudyClaim("gap-decides-mode", gap_decides_mode, held=True),
-                  StudyClaim("llc-rise-fall", llc_rises_then_falls, held=True))
+                  StudyClaim("llc-rise-fall", llc_rises_then_falls, held=True),
+                  StudyClaim("simpler-modes-llc", simpler_modes_lower_llc))
