@@ -12,7 +12,7 @@ import pytest
 from headway.analysis.statistics import (agreement_power, agreement_tail, binomial_pmf, binomial_power, binomial_tail,
                                          chi_square, critical_count, detectable_accuracy, fisher_greater, fisher_power,
                                          holm, largest_agreement_pmf, normal_interval, normal_power, normal_tail,
-                                         permutation_independence, poisson_binomial_tail, pooled_count_test, sidak,
+                                         permutation_independence, permutation_mean_gap, poisson_binomial_tail, pooled_count_test, sidak,
                                          upper_tail, wilson_interval, z_score)
 
 
@@ -126,3 +126,12 @@ def test_a_missing_label_is_no_category_of_the_permutation_test():
                              (["a", "b", "b", "a"], ["x", math.nan, "y", "y"])):
         statistic, p = permutation_independence(outcomes, groups, 99, rng)
         assert math.isnan(statistic) and math.isnan(p)
+
+
+def test_the_mean_gap_permutation_test_matches_the_exact_count_and_refuses_missing_values():
+    """Three high values above three low ones: one of the C(6, 3) = 20 labelings is as extreme, p = 1/20."""
+    p = permutation_mean_gap([5.0, 6.0, 7.0], [1.0, 2.0, 3.0], 99_999, np.random.default_rng(0))
+    assert p == pytest.approx(1 / 20, abs=0.003)
+    assert permutation_mean_gap([1.0, 2.0, 3.0], [5.0, 6.0, 7.0], 9_999, np.random.default_rng(0)) == 1.0
+    assert math.isnan(permutation_mean_gap([5.0, math.nan], [1.0, 2.0], 99, np.random.default_rng(0)))
+    assert math.isnan(permutation_mean_gap([], [1.0, 2.0], 99, np.random.default_rng(0)))

@@ -162,10 +162,11 @@ def test_one_copy_suppression_model_does_not_make_it_a_main_mode():
 
 def test_the_simple_modes_are_simpler_only_on_valid_resolved_estimates_with_power():
     found = alone(sorting.simpler_modes_lower_llc(llc_runs(), RULES))
-    assert found.status == "reproduced" and found.p_value < 1e-6 and found.power > 0.8
+    # every overlapping run above every simple one: the exact p of 6 and 6 is 1/924, read off 9999 shuffles
+    assert found.status == "reproduced" and 1e-4 <= found.p_value < 3 / 924 and found.power > 0.8
     assert "usable: 6 in a simple mode, 6 overlapping" in found.evidence
     same = alone(sorting.simpler_modes_lower_llc(llc_runs(overlapping=(40, 42, 39, 41, 43, 40)), RULES))
-    assert same.status == "not reproduced" and same.p_value == pytest.approx(0.5)
+    assert same.status == "not reproduced" and same.p_value > 0.4
     noisy = alone(sorting.simpler_modes_lower_llc(llc_runs(overlapping=(10, 90, 20, 80, 30, 70)), RULES))
     assert noisy.status == "not testable" and noisy.power < 0.8  # a null from a design that could not see it
     # a lower bound cannot order two models: resolution-limited and invalid estimates are left out
@@ -176,6 +177,16 @@ def test_the_simple_modes_are_simpler_only_on_valid_resolved_estimates_with_powe
     with_nan = llc_runs().assign(llc=lambda f: f.llc.where(f.index != 0))  # an invalid run need not have a λ̂
     with_nan.loc[0, "llc_invalid"] = "every chain diverged"
     assert "missing input" not in alone(sorting.simpler_modes_lower_llc(with_nan, RULES)).evidence
+
+
+def test_the_simpler_modes_test_keeps_its_level_with_few_runs():
+    """Five and five runs from one distribution: a z-test over their spread rejects 7.0% of such studies at 0.05
+    (4000 simulated); the permutation test keeps its level (1000 simulated, bound 6.4%)."""
+    rng = np.random.default_rng(3)
+    rules = RULES.changed(simpler_permutations=199)
+    found = [sorting.simpler_modes_lower_llc(llc_runs(tuple(rng.normal(50, 5, 5)), tuple(rng.normal(50, 5, 5))),
+                                             rules).p_value for _ in range(1000)]
+    assert np.mean(np.asarray(found) <= 0.05) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 1000)
 
 
 def test_the_cpu_result_judged_together():

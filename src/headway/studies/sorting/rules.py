@@ -87,8 +87,10 @@ class SortingRules(LLCRules):
     simpler_effect: float = rule(0.2, "stated effect of the simpler-modes claim: the simple modes' mean final λ̂ "
                                  "this share of the overlapping runs' mean below it", low=0.0, high=1.0)
     simpler_min_runs: int = rule(5, "valid, resolved final λ̂ each group (simple modes, overlapping) needs before "
-                                 "their means are compared: fewer give no between-run spread a normal test can trust",
-                                 low=2)
+                                 "their means are compared: 4 and 4 give a permutation p of at best 1/70 = 0.014, "
+                                 "above α / 7 for the study's seven claims; 5 and 5 reach 1/252", low=2)
+    simpler_permutations: int = rule(9999, "permutations of the mode labels among the usable runs in the simpler-"
+                                     "modes test", low=1)
 
     # --- 'copy-suppression is one of the two main modes'
     copy_suppression_null: float = rule(0.1, "null share of learned runs in copy-suppression: a minor mode, one model "
