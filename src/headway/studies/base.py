@@ -337,6 +337,11 @@ class TracingStudy(Study):
         """Ids of the runs of `runs` whose LLC is traced over training."""
         return sorted({run.run_id for run in self.plan.development_runs()} & {run.run_id for run in runs})
 
+    def traced_instances(self, runs: list[RunConfig]) -> list[int]:
+        """Positions in `runs` (one ensemble's) of the runs whose LLC is traced."""
+        ids = set(self.traced(runs))
+        return [i for i, run in enumerate(runs) if run.run_id in ids]
+
     def llc_settings(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device) -> StudySettings:
         """The SGLD settings of every LLC this study estimates of one ensemble (`study_settings`): the plan's as given,
         or, with an `llc_budget`, chosen on its traced runs (else the runs of its first training pool) at their last
@@ -344,8 +349,7 @@ class TracingStudy(Study):
         from headway.analysis.llc.run_calibration import pool_groups
         from headway.analysis.llc.study_settings import study_settings
 
-        traced = [i for i, run in enumerate(runs) if run.run_id in self.traced(runs)]
-        members = traced or pool_groups(runs, range(len(runs)))[0]
+        members = self.traced_instances(runs) or pool_groups(runs, range(len(runs)))[0]
         return study_settings(run_dir, folder / LLC_TRACE, runs, members, self.plan.sgld, self.plan.llc_budget,
                               device, self.rules.llc_validity(), self.compute.precision,
                               stamp={"version": self.version, **self.precision_stamp()}, deadline=self.deadline)
@@ -357,7 +361,7 @@ class TracingStudy(Study):
         time limit stops it between checkpoints and the next call continues it) and tagged like every other table."""
         from headway.analysis.llc.trace import llc_trace
 
-        traced = [i for i, run in enumerate(runs) if run.run_id in self.traced(runs)]
+        traced = self.traced_instances(runs)
         return llc_trace(run_dir, folder / LLC_TRACE, runs, traced, chosen.settings, self.plan.llc_checkpoints, device,
                          self.progress, self.schemas["llc_curve"], self.rules.llc_validity(), weights=weights,
                          tag=lambda frame: self.tag(frame, runs, traced),
@@ -367,7 +371,8 @@ class TracingStudy(Study):
 
     def summarise(self, data: StudyData) -> Any:
         """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD
-        settings (chosen within its `llc_budget` when it has one) when the LLC was traced (NaN when nothing was: no estimate to allow for)."""
+        settings (chosen within its `llc_budget` when it has one) when the LLC was traced (NaN when nothing was: no
+        estimate to allow for)."""
         from headway.analysis.llc.trace import estimator_bias
 
         traced = len(data.tables["llc_curve"]) > 0

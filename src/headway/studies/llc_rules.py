@@ -9,8 +9,8 @@ diagnostics depend on them, so they are part of the analysis stamp and of the tr
 `headway.analysis.development.development` while summarising. The ceiling and the resolution's shortfall are
 summary rules: they judge stored columns (moving_weights, shortfall), so a study re-summarised after a change of
 either is judged by it without sampling again, and estimates stored before those columns existed are not judged.
-They are not swept: the diverging and climbing limits act only on the sampler's traces while analysing, and the sorting study's sensitivity table
-re-judges its mode claims alone.
+They are not swept: the diverging and climbing limits act only on the sampler's traces while analysing, and the
+sorting study's sensitivity table re-judges its mode claims alone.
 """
 
 from __future__ import annotations

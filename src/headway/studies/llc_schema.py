@@ -9,8 +9,8 @@ from headway.runs.schema import TableSchema
 _ESTIMATE = {"instance": "int", "llc_mean": "float", "llc_std": "float", "llc_se": "float", "init_loss": "float",
              "init_loss_se": "float", "acceptance": "float", "draw_loss": "float", "chance_loss": "float",
              "basin_fraction": "float", "moving_weights": "int", "settings": "str", "choice": "str",
-             "llc_chain{n}": "float", "n_warnings": "int", "warnings": "str", "invalid": "str", "quadratic_llc": "float", "quadratic_limit": "float",
-             "unresolved_directions": "float", "negative_directions": "float", "shortfall": "float",
+             "llc_chain{n}": "float", "n_warnings": "int", "warnings": "str", "invalid": "str",
+             "quadratic_llc": "float", "quadratic_limit": "float", "unresolved_directions": "float", "negative_directions": "float", "shortfall": "float",
              "spectrum": "str", "limited": "str"}
 # Absent from tables written before the ceiling and resolution checks and the settings chosen per model (`settings`,
 # and `choice`: why those settings, `headway.analysis.llc.study_settings`): such rows are judged without them.

@@ -11,10 +11,11 @@ raised to what the budget can relax, and the estimate will say it is resolution-
 
 Then the setting must pass on the model: no invalid reason (`validity.invalid_reasons`: a basin, acceptance or ceiling
 failure, chains that diverged or still climb) and a mean MALA acceptance at the floor — a failing try halves ε and
-doubles the steps, within the budget — and λ̂ must be resolved (standard error within `STABLE` of it) and stable: at ε/2 over the same sampling time, and at twice the
-batch (half the minibatch noise, which the spectrum does not see: at a large nβ it heats the chains), and at twice γ
-(a λ̂ that the localisation still shapes, as where a singular model's higher-order directions carry part of it, is
-not resolved), it moves by less than `STABLE` or three standard errors of the difference. No qualifying setting: refused, with the last reason.
+doubles the steps, within the budget — and λ̂ must be resolved (standard error within `STABLE` of it) and stable: at
+ε/2 over the same sampling time, at twice γ (a λ̂ that the localisation still shapes, as where a singular model's
+higher-order directions carry part of it, is not resolved) and at twice the batch (half the minibatch noise, which the
+spectrum does not see: at a large nβ it heats the chains), it moves by less than `STABLE` or three standard errors of
+the difference. No qualifying setting: refused, with the last reason.
 """
 
 from __future__ import annotations

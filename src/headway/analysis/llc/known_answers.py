@@ -299,8 +299,8 @@ def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed:
         chance = 0.5 * y.double().pow(2).sum(dim=-1).mean().item()
         result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance) if budget is None else \
             choose_settings(model, gaussian_nll, x, y, settings, max_steps=budget, chance_loss=chance).result
-        frame, used = result.to_frame().iloc[0], result.settings if budget is None else {**settings.to_dict(),
-                                                                                          "budget": budget}
+        frame = result.to_frame().iloc[0]
+        used = result.settings if budget is None else {**settings.to_dict(), "budget": budget}
         rows.append({"model": known.name, "regular": known.regular, "parameters": known.parameters,
                      "truth": known.truth, "estimate": frame.llc_mean, "se": frame.llc_se,
                      "relative_error": frame.llc_mean / known.truth - 1, "acceptance": frame.acceptance,

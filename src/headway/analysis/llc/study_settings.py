@@ -75,7 +75,6 @@ def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances
     return chosen
 
 
-
 def recorded_settings(table: pd.DataFrame, planned: SGLDSettings) -> StudySettings:
     """The settings an LLC table's estimates were taken at, as its `settings` and `choice` columns record them (the
     first row's; when ensembles chose differently the reason says how many settings there are); a table written
@@ -83,11 +82,11 @@ def recorded_settings(table: pd.DataFrame, planned: SGLDSettings) -> StudySettin
     if table.empty or "settings" not in table or table.settings.isna().all():
         return StudySettings(planned, "the plan's SGLD settings, as given")
     distinct = table.settings.dropna().unique()
-    nbeta_resolved = SGLDSettings.from_dict(json.loads(distinct[0]))
+    used = SGLDSettings.from_dict(json.loads(distinct[0]))
     choice = str(table.choice.dropna().iloc[0]) if "choice" in table and table.choice.notna().any() else ""
     more = f" (the first of {len(distinct)} settings, one chosen per ensemble)" if len(distinct) > 1 else ""
     refused = table.invalid.str.startswith("no SGLD setting qualified").all() if "invalid" in table else False
-    return StudySettings(nbeta_resolved, choice + more, choice if refused else "")
+    return StudySettings(used, choice + more, choice if refused else "")
 
 
 def sgld_record(table: pd.DataFrame, planned: SGLDSettings) -> dict:
