@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 REGISTRIES = {"retrieval": RETRIEVAL, "sorting": SORTING, "modular": MODULAR}
 CLAIMS = [pytest.param(study, claim, id=f"{study}-{claim.id}") for study, claims in REGISTRIES.items()
           for claim in claims]
-# Every committed folder a study wrote (its runs and analysis caches kept), with the study that wrote it.
+# Every committed folder a study wrote and judged (its runs and analysis caches kept), with the study that wrote it;
+# a folder whose study stopped before its verdicts (results/retrieval-gpu-logdepth: training curves only) has none.
 STUDY_FOLDERS = {folder.name: kinds[0].removeprefix("study ") for folder in sorted((ROOT / "results").iterdir())
-                 if (folder / RUNS).is_dir() and len(kinds := inferred_kinds(folder)) == 1
+                 if (folder / RUNS).is_dir() and (folder / "summary.json").is_file()
+                 and len(kinds := inferred_kinds(folder)) == 1
                  and kinds[0].startswith("study ")}
 # One small committed folder per study, whose sensitivity table is built in full here.
 SMALL = {"retrieval": "bidirectional-d9-cpu", "sorting": "sorting-cpu", "modular": "modular-cpu"}

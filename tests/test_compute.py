@@ -283,7 +283,9 @@ def test_training_with_either_kernel_gives_the_same_numbers_and_the_summary_name
     for kernel in ("sdpa", "matmul"):
         trainer = EnsembleTrainer(runs, tmp_path / kernel, progress=False, compute=ComputeSettings(attention_kernel=kernel))
         curves[kernel] = trainer.fit()
-        assert layout.read_json(tmp_path / kernel / layout.SUMMARY)["attention_kernel"] == kernel
+        summary = layout.read_json(tmp_path / kernel / layout.SUMMARY)
+        assert summary["attention_kernel"] == kernel
+        assert summary["device_name"].startswith("cpu: ") and summary["torch"] == torch.__version__
     assert curves["matmul"].val_loss.to_numpy() == pytest.approx(curves["sdpa"].val_loss.to_numpy(), rel=1e-4)
     for name, tensor in final_weights(tmp_path / "sdpa").items():
         assert torch.allclose(final_weights(tmp_path / "matmul")[name], tensor, atol=1e-5, rtol=1e-4), name

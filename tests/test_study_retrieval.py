@@ -144,12 +144,13 @@ def test_plans_refuse_bad_axes():
 
 
 def test_the_gpu_plan_trains_the_separating_cells_in_about_an_hour_of_one_h100():
-    """Budget (docs/study-retrieval.md): 4e16–8e16 training FLOPs, and 45–70 min projected with the analysis at
-    the rates measured on an H100 (a step of these small ensembles is bound by kernel latency)."""
+    """Budget (docs/study-retrieval.md): 4e16–8e16 training FLOPs, and 45–80 min projected with the analysis and
+    each ensemble's overhead at the rates measured on an H100 and an H200 (a step of these small ensembles is bound
+    by kernel latency)."""
     plan = study_plan("gpu")
     projected = gpu_projection(plan)
     assert 4e16 <= projected["training_flops"] <= 8e16
-    assert 45 * 60 <= projected["total_s"] <= 70 * 60
+    assert 45 * 60 <= projected["total_s"] <= 80 * 60
     cells = {(r.task.order, r.task.supervision, r.model.layers, r.task.hops) for r in plan.depth_runs()}
     wanted = {(layers, hops) for layers in (2, 3) for hops in (3, 4, 5)}
     for formulation in [("chain", "dense"), ("shuffled", "dense"), ("shuffled", "query")]:

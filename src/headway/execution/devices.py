@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import torch
 
 from headway.errors import ConfigError
@@ -26,3 +28,9 @@ def resolve_device(device: str, here: bool = True) -> torch.device:
     if target.type == "cpu" and target.index not in (None, 0):
         raise ConfigError(f"device = {device!r} names a CPU that torch does not have; use cpu (all its cores)")
     return target
+
+
+def device_name(target: torch.device) -> str:
+    """'cuda: NVIDIA H200', 'cpu: x86_64': the device's type and what it is, for summaries and reports."""
+    name = torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor()
+    return f"{target.type}: {name or platform.machine()}"

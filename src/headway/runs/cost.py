@@ -49,13 +49,22 @@ def training_memory_terms(runs: list[RunConfig]) -> dict[str, int]:
 GPU_TRAINING_FLOPS = 29.7e12
 GPU_STEP_BASE_S = 3.4e-3
 GPU_STEP_PER_LAYER_S = 2.9e-3
+# A step under each `--compile` mode as a fraction of the eager one: measured on one H200 (torch 2.11, bf16) on an
+# 8-run, three-layer ensemble of a depth cell, 30 bare trainer steps each (benchmarks/bench_step_latency.py): eager
+# 13.28 ms, compiled 7.61 ms (after 8.9 s of warm-up), CUDA graphs 6.66 ms (after 21.9 s), below even the eager
+# FLOP term of that ensemble (8.5 ms), so compilation raises the FLOP rate too and the fraction scales the whole
+# step. Inside a study the evaluations and checkpoints between steps took compiled steps back to about the eager
+# projection (docs/performance.md, "On a lent GPU"), so study projections keep the eager step.
+GPU_STEP_FRACTION = {"off": 1.0, "on": 7.61 / 13.28, "graphs": 6.66 / 13.28}
 
 
-def gpu_step_seconds(run: RunConfig, ensemble_size: int) -> float:
-    """Projected seconds of one eager training step of an ensemble of `ensemble_size` runs like `run` on one
-    H100: the measured latency floor of its layers, or its FLOPs at the measured rate, whichever is larger."""
+def gpu_step_seconds(run: RunConfig, ensemble_size: int, compile_mode: str = "off") -> float:
+    """Projected seconds of one bare training step of an ensemble of `ensemble_size` runs like `run` on one
+    H100: the measured latency floor of its layers, or its FLOPs at the measured rate, whichever is larger,
+    times the measured fraction of `compile_mode` (off, on, graphs)."""
     floor = GPU_STEP_BASE_S + GPU_STEP_PER_LAYER_S * run.model.layers
-    return max(floor, ensemble_size * training_flops(run) / run.train.steps / GPU_TRAINING_FLOPS)
+    eager = max(floor, ensemble_size * training_flops(run) / run.train.steps / GPU_TRAINING_FLOPS)
+    return GPU_STEP_FRACTION[compile_mode] * eager
 
 
 def gpu_training_seconds(ensembles: list[list[RunConfig]]) -> float:

@@ -216,7 +216,7 @@ class Study(ABC):
         jobs = [Job(d.name, analyse_ensemble, (self, d.resolve(), job_device, job_progress)) for d in ensembles]
         self.executor.run(jobs, "analysing", self.out, job_device, self.progress)
         parts: dict[str, list[pd.DataFrame]] = {name: [] for name in self.schemas}
-        recorded = [0.0, 0.0]
+        recorded, devices = [0.0, 0.0], set()
         for run_dir in ensembles:
             tables = self.cached(run_dir)
             if tables is None:
@@ -225,11 +225,13 @@ class Study(ABC):
                 if len(frame):
                     parts[name].append(frame[frame.run_id.isin(wanted)])
             recorded = [a + b for a, b in zip(recorded, self._recorded_seconds(run_dir))]
+            devices.add(trained_on_device(run_dir))
         gathered = joined(parts)
         seconds = {"training_s": trained - started, "analysis_s": time.perf_counter() - trained,
                    "training_recorded_s": recorded[0], "analysis_recorded_s": recorded[1]}
-        return StudyData(self.plan, metrics, gathered, seconds, hardware_description(self.device, self.executor),
-                         [d.name for d in ensembles], self.rules)
+        # where the ensembles trained, beside where this command ran: a folder judged again elsewhere keeps both
+        hardware = {**hardware_description(self.device, self.executor), "trained_on": ", ".join(sorted(devices))}
+        return StudyData(self.plan, metrics, gathered, seconds, hardware, [d.name for d in ensembles], self.rules)
 
     def analysed(self, run_dir: Path, device: torch.device) -> None:
         """Analyse one ensemble unless its cache is current: `analyse`, then the tables, then done.json.
@@ -295,6 +297,14 @@ class Study(ABC):
         train = _seconds(summary, "seconds_this_session") if summary.is_file() else 0.0
         analyse = _seconds(done, "seconds") if done.is_file() else 0.0
         return train, analyse
+
+
+def trained_on_device(run_dir: Path) -> str:
+    """The device an ensemble's summary says it trained on, with torch's version where it recorded them (older
+    summaries name the device type alone)."""
+    summary = layout.read_json(run_dir / layout.SUMMARY) if (run_dir / layout.SUMMARY).is_file() else {}
+    where = str(summary.get("device_name") or summary.get("device") or "not recorded")
+    return f"{where} (torch {summary['torch']})" if "torch" in summary else where
 
 
 def _seconds(path: Path, key: str) -> float:
@@ -400,12 +410,10 @@ def hardware_description(device: str, executor: Executor) -> dict[str, str]:
     each worker resolving it), CPU count, torch and Python versions and the executor."""
     import torch
 
-    from headway.execution.devices import resolve_device
+    from headway.execution.devices import device_name, resolve_device
 
     if executor.name == "local":
-        target = resolve_device(device)
-        name = torch.cuda.get_device_name(target) if target.type == "cuda" else platform.processor()
-        device = f"{target.type}: {name or platform.machine()}"
+        device = device_name(resolve_device(device))
     else:
         device = f"{device}, resolved by each worker"
     return {"device": device, "cpu_count": str(os.cpu_count()), "torch": torch.__version__,

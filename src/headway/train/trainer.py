@@ -25,6 +25,7 @@ from headway.runs.store import finished_metrics, plain_value
 from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.execution.allocator import keep_freed_memory
+from headway.execution.devices import device_name
 from headway.train.objective import evaluate, run_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
@@ -270,6 +271,7 @@ class EnsembleTrainer:
             runs.append({"run_id": run.run_id, "config": run.flat(), "final": final})
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
-            "device": str(self.device), **self.compute.describe(self.device),
+            "device": str(self.device), "device_name": device_name(self.device), "torch": torch.__version__,
+            **self.compute.describe(self.device),
             "attention_kernel": self.attention_kernel, "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
             "runs": runs})

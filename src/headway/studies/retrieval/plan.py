@@ -20,11 +20,15 @@ from headway.tasks.retrieval.config import CURRICULA, LAYOUTS, LINK_SUPERVISIONS
 from headway.tasks.retrieval.theory import min_layers
 
 STUDY_SCALES = ("cpu", "gpu", "paper")
-# Analysis seconds per ensemble on one H100, inferred rather than timed: four study processes sharing one H100
-# ran their steps 4x slower than one alone (the GPU serialised them) and fitted two analyses of 8-run ensembles
-# into the time their training left, about 35 s each, so about 9 s each alone; 12 s leaves a margin. The analysis
-# is ~150 forwards of 1024 examples per task, ridge probes and a forward per checkpoint, bound by latency
-ANALYSIS_S_PER_ENSEMBLE = 12.0
+# Analysis seconds per ensemble on one GPU, timed in a lease (one H200, results/retrieval-gpu-bound): 37.4 s for two
+# 8-run ensembles, 18.7 s each; two ensembles of 8 and 16 runs did not finish in about 45 s (results/retrieval-gpu-
+# logdepth), so 25 s. The analysis is ~150 forwards of 1024 examples per task, ridge probes and a forward per
+# checkpoint, bound by latency.
+ANALYSIS_S_PER_ENSEMBLE = 25.0
+# Seconds an ensemble's training takes beyond its steps at `gpu_step_seconds`, timed in the same leases: data
+# generation, compilation (about 35 s cold, a few s when the inductor cache is warm), the evaluations every
+# `eval_every` steps and the checkpoints. 2500- and 1200-step ensembles ran 3-38 s past their steps' projection.
+ENSEMBLE_OVERHEAD_S = 35.0
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,7 @@ class RetrievalPlan(Plan):
         projected = gpu_projection(self)
         return [f"projected on one H100 (eager step, measured rates): training {projected['training_s'] / 60:.1f} min, "
                 f"analysis {projected['analysis_s'] / 60:.1f} min ({projected['ensembles']} ensembles × "
-                f"{ANALYSIS_S_PER_ENSEMBLE:g} s, inferred)"]
+                f"{ANALYSIS_S_PER_ENSEMBLE:g} s, measured on an H200)"]
 
     def with_settings(self, **settings: Any) -> RetrievalPlan:
         """A copy with flat run settings (e.g. steps, vocab) set in both grids (None leaves one as it is)."""
@@ -171,7 +175,7 @@ def gpu_plan() -> RetrievalPlan:
     bidirectional layers on D = 4, results/bidirectional-d4-cpu; three on D = 9 at V = 40,
     results/bidirectional-d9-cpu), shuffled links, dense supervision. Conditional: the recipes the CPU sweep could not run: bidirectional attention, 3 and 4
     layers, width 128, the paper's 24k steps at batch 128 (its second setup), 16 seeds. At the step times
-    measured on an H100 it projects to about 58 minutes, so it runs in `--time-limit` pieces or with
+    measured on an H100 and an H200 it projects to about 73 minutes, so it runs in `--time-limit` pieces or with
     `--steps`/`--seed` cut to a lease (`gpu_projection`, docs/study-retrieval.md).
     """
     model = {**scale_settings("paper"), "vocab": 24, "train_size": 2**18, "val_size": 2048, "eval_every": 100}
@@ -184,16 +188,16 @@ def gpu_plan() -> RetrievalPlan:
                          conditional_seeds=tuple(range(16)))
 
 
-def gpu_projection(plan: RetrievalPlan) -> dict[str, float]:
+def gpu_projection(plan: RetrievalPlan, step_scale: float = 1.0) -> dict[str, float]:
     """Projected seconds of `plan` on one H100: each ensemble's steps at `gpu_step_seconds` (the measured
-    latency floor or FLOP rate of an eager step), and the analysis at ANALYSIS_S_PER_ENSEMBLE per ensemble
-    (latency-bound: ~150 small forwards, probes, checkpoint curves)."""
+    latency floor or FLOP rate of an eager step) times `step_scale` (a step measured on the device at hand over
+    its projection) plus ENSEMBLE_OVERHEAD_S, and the analysis at ANALYSIS_S_PER_ENSEMBLE per ensemble."""
     from headway.runs.config import group_runs
     from headway.runs.cost import gpu_training_seconds, training_flops
 
     flops = sum(training_flops(run) for run in plan.runs())
     groups = [members for runs in plan.grids().values() if runs for members in group_runs(runs).values()]
-    training = gpu_training_seconds(groups)
+    training = step_scale * gpu_training_seconds(groups) + ENSEMBLE_OVERHEAD_S * len(groups)
     analysis = len(groups) * ANALYSIS_S_PER_ENSEMBLE
     return {"training_flops": flops, "training_s": training, "ensembles": len(groups),
             "analysis_s": analysis, "total_s": training + analysis}
