@@ -2,7 +2,8 @@
 cells of the retrieval `gpu` scale, each sized to its share of the minutes given, trained, analysed, reported and
 packed (docs/performance.md, "On a lent GPU").
 
-    python3 scripts/gpu_logdepth.py --out "$OUT" --latency --cells lease,bound --minutes 9.4     # one lease
+    python3 scripts/gpu_logdepth.py --out "$OUT" --latency --cells bound --minutes 9.4           # one lease
+    python3 scripts/gpu_logdepth.py --out "$OUT" --latency --cells lease,bound --minutes 9.4     # both, short
     python3 scripts/gpu_logdepth.py --out /tmp/rehearse --tiny --latency --cells lease,bound     # on the CPU, ~12 min
 
 `--cells` lists pieces run in order, the time left shared equally among those still to run: `logdepth` (causal;
@@ -16,7 +17,8 @@ D = 9 at V = 40). Seeds 0-7 by default (`--seeds`); `--hops` replaces the pieces
 (benchmarks/bench_step_latency.py, at most 100 s) and trains with the fastest mode whose warm-up the projection
 already counts (`--compile` overrides it). `--steps auto` takes the most steps whose projection (`gpu_projection`:
 measured step latencies and FLOP rate, each ensemble's set-up and analysis as timed in the first H200 lease, the
-steps scaled by the probe's eager step over the projection's) fits 85% of the piece's share.
+steps scaled by the probe's eager step over the projection's) fits 85% of the piece's share less the 40 s kept
+for the study's verdicts and report.
 
 Whatever happens, each study folder is packed without checkpoints and resume states: the report when the study
 finished, else the training curves and analyses done before its time limit. Files in --out: gpu.txt,
@@ -42,6 +44,10 @@ sys.path.insert(0, str(ROOT / "src"))
 HEADWAY = ["-c", "import sys; from headway.cli.main import main; sys.exit(main(sys.argv[1:]))"]
 STEP_CHOICES = (10_000, 8000, 6000, 5000, 4000, 3000, 2500, 2000, 1500, 1000, 500)
 PACK_RESERVE_S = 30  # kept back from the study for packing and the copy back
+# The study's own time limit comes this much before its piece's share ends: training and analysis stop there, and
+# the verdicts, report and tables the study writes once every ensemble is analysed have the rest (the first H200
+# lease's bound piece was killed while writing them, its analysis done)
+VERDICT_RESERVE_S = 40
 SIZING_MARGIN = 0.85  # a piece sizes its steps to this share of its time: the analysis rate is inferred
 SKIP = {"checkpoints", "resume", ".lock"}  # never packed
 
@@ -254,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             steps = "30"
         elif args.steps == "auto":
             hop_counts = tuple(parse_values("hops", args.hops, int)) if args.hops else ()
-            chosen, projected = sized_steps(SIZING_MARGIN * budget, seeds, cells, step_scale, hop_counts)
+            chosen, projected = sized_steps(SIZING_MARGIN * (budget - VERDICT_RESERVE_S), seeds, cells, step_scale,
+                                            hop_counts)
             steps = str(chosen)
             clock.note(f"{cells}: steps {steps}, compile {mode}: projected {projected:.0f} s of {budget:.0f} s")
         else:
@@ -263,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         hops = ["--hops", args.hops] if args.hops and not args.tiny else []
         command = [sys.executable, *HEADWAY, "study", "retrieval", *cell_options(seeds, args.tiny, cells), *hops,
                    "--steps", steps, "--device", args.device, "--compile", mode, "--no-progress",
-                   "--time-limit", f"{max(0.1, budget / 60):.2f}", "--out", str(work)]
+                   "--time-limit", f"{max(0.1, (budget - VERDICT_RESERVE_S) / 60):.2f}", "--out", str(work)]
         run_logged(command, args.out / f"{folder}.log", budget + PACK_RESERVE_S / 2, clock, f"{cells} cells")
         if work.is_dir():
             pack(work, args.out / f"retrieval-gpu-{folder}.tgz")

@@ -310,11 +310,26 @@ def test_more_hops_than_layers_counts_runs_solving_solvable_cells_by_composition
     none_solved = retrieval.layers_solve_more_hops(phase_rows(), RULES)
     assert status(none_solved) == "not reproduced"
     assert "left out as unsolvable (ceiling < 0.9): 2" in none_solved.evidence
-    some = retrieval.layers_solve_more_hops(phase_rows(0.95, 8, 4, 4), RULES)  # not classifiable: left out
-    assert status(some) == "reproduced" and "Runs solving by composition: 8 of 8" in some.evidence
-    assert "left out as not classifiable (probes too weak" in some.evidence and ": 8." in some.evidence
+    some = retrieval.layers_solve_more_hops(phase_rows(0.95, 8, 4, 4), RULES)  # not classifiable: negatives
+    assert status(some) == "reproduced" and "Runs solving by composition: 8 of 16" in some.evidence
+    assert "Solved runs not classifiable (probes too weak" in some.evidence and "negatives: 8." in some.evidence
     unclassified = retrieval.layers_solve_more_hops(phase_rows(0.95, 8, 0, 8), RULES)
     assert status(unclassified) == "not testable"  # never a refutation: nothing was classified
+
+
+def test_unsolved_runs_never_refute_composition_while_solved_runs_are_undecided():
+    """Issue: 4 solved runs dropped as not classifiable and the claim refuted on the 12 unsolved ones (p = 1, power
+    0.93). Counted as negatives, they leave the claim untestable unless the classified runs alone reproduce it."""
+    rows = pd.concat([phase_rows(0.4, 3, 1, 2, seeds=8).assign(supervision=lambda t: t.supervision + "-a"),
+                      phase_rows(0.05, 0, 0, 0, seeds=8)], ignore_index=True)
+    undecided = retrieval.layers_solve_more_hops(rows, RULES)
+    assert status(undecided) == "not testable" and "undecided the test cannot refute" in undecided.evidence
+    assert "Runs solving by composition: 2 of 32" in undecided.evidence
+    decided = retrieval.layers_solve_more_hops(rows.assign(not_classifiable=0), RULES)
+    assert status(decided) == "not reproduced"  # every solved run classified: then the same runs do refute it
+    all_undecided = retrieval.layers_solve_more_hops(rows.assign(compositional=0, not_classifiable=rows.solved_runs),
+                                                     RULES)
+    assert status(all_undecided) == "not testable" and "every solved run" in all_undecided.untestable
     unsolvable = retrieval.layers_solve_more_hops(phase_rows()[lambda t: ~t.solvable | ~t.beyond_linear], RULES)
     assert status(unsolvable) == "not testable"
     assert status(retrieval.layers_solve_more_hops(phase_rows(seeds=1), RULES)) == "not testable"  # 2 runs

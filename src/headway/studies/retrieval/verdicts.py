@@ -399,12 +399,13 @@ COMPOSITION_CLAIM = "L layers solve D > L hops by composing links (logarithmic, 
 
 def _composition_test(rules: RetrievalRules) -> str:
     return (f"runs of the plain IC cells with D > L whose information flow can reach the answer (accuracy ceiling ≥ "
-            f"{rules.solved_accuracy:g}), every formulation pooled, less the runs the mechanism classifier calls not "
-            f"classifiable; a run is positive when it solves its cell (final accuracy ≥ {rules.solved_accuracy:g}) "
-            f"and is classified compositional (its links decode hop ≥ 2 before the last layer and ablating their "
-            f"composing heads costs ≥ {rules.composition_margin:g} beyond a control); null: one hop per layer, which "
-            f"cannot reach D > L hops, so a run is positive at most {rules.chance_solve_rate:g} of the time; one-sided "
-            f"exact binomial test; power at {rules.effect_compose_runs:g} of runs positive")
+            f"{rules.solved_accuracy:g}), every formulation pooled, every run counted; a run is positive when it "
+            f"solves its cell (final accuracy ≥ {rules.solved_accuracy:g}) and is classified compositional (its links "
+            f"decode hop ≥ 2 before the last layer and ablating their composing heads costs ≥ "
+            f"{rules.composition_margin:g} beyond a control); null: one hop per layer, which cannot reach D > L hops, "
+            f"so a run is positive at most {rules.chance_solve_rate:g} of the time; one-sided exact binomial test; "
+            f"power at {rules.effect_compose_runs:g} of runs positive. A solved run the classifier cannot classify "
+            f"counts as a negative, so with one the test can reproduce the claim but never refute it (power 0)")
 
 
 @checked_claim(COMPOSITION_CLAIM, _composition_test,
@@ -414,8 +415,10 @@ def _composition_test(rules: RetrievalRules) -> str:
 def layers_solve_more_hops(phase: pd.DataFrame, rules: RetrievalRules, *, claim: Claim) -> Finding:
     """Runs of the solvable D > L cells (every formulation pooled) that solve them and are classified
     compositional, against the rate at which a one-hop-per-layer model would solve one; cells whose ceiling
-    is below solved are unsolvable and never count, and a run the classifier could not classify is left out
-    (neither for nor against). The evidence names each formulation."""
+    is below solved are unsolvable and never count. Every run of the others counts: a solved run the classifier
+    could not classify may be a positive, so it counts as a negative and the test can then only reproduce the
+    claim, never refute it (leaving it out would let the unsolved runs refute a claim the solved ones might
+    support). The evidence names each formulation."""
     cells = phase[phase.beyond_linear] if len(phase) else pd.DataFrame()
     testable = cells[cells.solvable] if len(cells) else cells
     if testable.empty:
@@ -430,13 +433,19 @@ def layers_solve_more_hops(phase: pd.DataFrame, rules: RetrievalRules, *, claim:
         parts.append(f"{'/'.join(str(k) for k in key)}: {listed}")
     unclassified = int(testable.not_classifiable.sum())
     evidence = ("; ".join(parts) + f". Cells with D > L left out as unsolvable (ceiling < {rules.solved_accuracy:g}): "
-                f"{len(cells) - len(testable)}. Runs left out as not classifiable (probes too weak for the model, or "
-                f"composition not established where one hop per layer cannot reach): {unclassified}.")
-    runs = int(testable.seeds.sum()) - unclassified
-    if runs == 0:
-        return claim.not_testable("every run of the solvable D > L cells is not classifiable", evidence)
-    return binomial_finding(claim, "Runs solving by composition", int(testable.compositional.sum()), runs,
-                            rules.chance_solve_rate, rules.effect_compose_runs, evidence)
+                f"{len(cells) - len(testable)}. Solved runs not classifiable (probes too weak for the model, or "
+                f"composition not established where one hop per layer cannot reach), counted as negatives: "
+                f"{unclassified}.")
+    runs, positives = int(testable.seeds.sum()), int(testable.compositional.sum())
+    if unclassified == int(testable.solved_runs.sum()) and unclassified:
+        return claim.not_testable("every solved run of the solvable D > L cells is not classifiable", evidence)
+    if not unclassified:
+        return binomial_finding(claim, "Runs solving by composition", positives, runs, rules.chance_solve_rate,
+                                rules.effect_compose_runs, evidence)
+    return claim.finding(f"{evidence} Runs solving by composition: {rate(positives, runs)}, against the null rate "
+                         f"{rules.chance_solve_rate:g}; with {unclassified} solved run(s) undecided the test cannot "
+                         f"refute the claim (power 0).", binomial_tail(positives, runs, rules.chance_solve_rate),
+                         lambda level: 0.0)
 
 
 CONDITIONAL_CLAIM = "Conditional retrieval is learned with the implicit curriculum"
