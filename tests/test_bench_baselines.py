@@ -168,3 +168,20 @@ def test_the_step_profile_by_shape_lists_every_batched_product_with_its_rate_alo
         assert "×" in cells[1] and float(cells[3]) > 0 and float(cells[4]) > 0 and float(cells[5]) > 0
     floor = re.search(r"Batched products: ([\d.]+) ms per step as run here \(shapes recorded\); ([\d.]+) ms", out)
     assert floor and float(floor.group(1)) > 0 and float(floor.group(2)) > 0
+
+
+def test_the_step_latency_probe_times_the_named_cell_and_reports_a_mode_that_fails(capsys):
+    """bench_step_latency on the CPU: graphs are refused off CUDA (reported, not raised), eager is timed, and the last
+    line holds what a GPU piece reads."""
+    import json
+
+    import bench_step_latency
+
+    args = ["--device", "cpu", "--layers", "2", "--hops", "3", "--seeds", "0,1", "--steps", "1", "--modes", "off,graphs"]
+    assert bench_step_latency.main(args) == 0
+    out = capsys.readouterr().out
+    assert "| graphs | failed: ConfigError: compile = 'graphs' (CUDA graphs) needs a CUDA device" in out
+    last = [line for line in out.splitlines() if line.startswith("latency-json: ")][-1]
+    measured = json.loads(last.removeprefix("latency-json: "))
+    assert set(measured["modes"]) == {"off"} and measured["runs"] == 2 and measured["layers"] == 2
+    assert measured["modes"]["off"]["step_s"] > 0 and measured["projected_step_s"] > 0
