@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.folder / "runs").is_dir():
         parser.error(f"{args.folder} holds no runs/ folder; give a study folder")
+    from headway.files import atomic
+
     table = curves_table(args.folder)
-    table.to_csv(args.folder / "curves.csv", index=False)
+    with atomic(args.folder / "curves.csv") as partial:  # a device or FIFO there is refused, never written over
+        table.to_csv(partial, index=False)
     print(table.groupby(["steps", "hops", "supervision"]).final_accuracy.describe().to_string())
     return 0
 

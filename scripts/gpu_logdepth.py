@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", action="store_true", help="run the training benchmark first (about 2 min)")
     parser.add_argument("--latency", action="store_true",
                         help="piece 1 first: an 8-run ensemble's step eager, under CUDA graphs and compiled "
-                             "(at most 100 s); the pieces then train with the mode that fits the most steps")
+                             "(at most 100 s); the pieces then train with the fastest mode whose warm-up the "
+                             "projection already counts")
     parser.add_argument("--hops", default=None, help="the pieces' hop counts instead of their own (e.g. 4)")
     parser.add_argument("--compile", default="auto", choices=("auto", "off", "on", "graphs"),
                         help="compile mode of the studies (auto: the latency probe's choice, eager without it)")
@@ -241,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     for cells in pieces:
         if cells not in CELLS:
             parser.error(f"--cells {cells!r} is unknown; choose from {', '.join(CELLS)}")
+    folders = [FOLDERS[cells] for cells in pieces]
+    if len(set(folders)) < len(folders):  # two pieces would train into, and pack, one study folder
+        parser.error(f"--cells {args.cells} names pieces that share a results folder ({', '.join(folders)}); "
+                     "run one of them")
     seeds = tuple(parse_values("seeds", args.seeds, int))
     if args.tiny:
         args.device, seeds = "cpu", seeds[:2]

@@ -73,3 +73,12 @@ def test_packing_leaves_checkpoints_and_resume_states_behind(tmp_path: Path) -> 
     names = set(tarfile.open(archive).getnames())
     assert {"out/report.html", "out/runs/L2/metrics.parquet"} <= names
     assert not any("checkpoints" in n or "resume" in n or n.endswith(".lock") for n in names)
+
+
+def test_pieces_that_share_a_results_folder_are_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    import pytest
+
+    with pytest.raises(SystemExit) as stopped:
+        gpu_logdepth.main(["--out", str(tmp_path / "out"), "--cells", "logdepth,lease", "--tiny"])
+    assert stopped.value.code == 2 and "share a results folder (logdepth, logdepth)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

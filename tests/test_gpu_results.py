@@ -1,10 +1,15 @@
 """The GPU results folders say what their files hold: where each ensemble trained, and the curves table rebuilt
 from the training metrics alone (results/retrieval-gpu-logdepth stopped before its analysis)."""
 
+import os
+import shutil
 import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
+
+from headway.errors import ConfigError
 
 from headway.runs import layout
 from headway.studies.base import trained_on_device
@@ -31,3 +36,14 @@ def test_the_curves_table_is_rebuilt_from_the_metrics_as_committed() -> None:
     whole_chain = table[table.supervision == "whole-chain"]
     assert whole_chain.solved.all() and len(whole_chain) == 24
     assert not table[(table.hops == 5) & (table.supervision != "whole-chain")].solved.any()
+
+
+def test_the_curves_script_writes_its_table_and_never_writes_over_a_fifo(tmp_path: Path) -> None:
+    folder = tmp_path / "study"
+    shutil.copytree(LOGDEPTH / "runs", folder / "runs")
+    assert curves_table.main([str(folder)]) == 0
+    assert (folder / "curves.csv").read_text() == (LOGDEPTH / "curves.csv").read_text()
+    (folder / "curves.csv").unlink()
+    os.mkfifo(folder / "curves.csv")
+    with pytest.raises(ConfigError, match="is a FIFO"):
+        curves_table.main([str(folder)])
