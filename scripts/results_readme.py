@@ -12,7 +12,8 @@ A template is Markdown with placeholders `{{ [AGG] PATH [| FORMAT] }}`:
 - AGG (`min`, `max`, `mean`, `sum`, `count`, `first`) reduces a list to one value (without one, a list must
   hold exactly one value);
 - FORMAT is a Python format spec (`.3f`, `.0%`, `d`); without one a value prints as `str` does.
-`{{ verdicts }}` renders the study's verdicts as a table (claim, status, p, power).
+`{{ verdicts }}` renders the study's verdicts as a table (claim, status, p, power for null results), then the
+claims not run.
 tests/test_results_readmes.py renders every template and compares it with the README beside it.
 """
 
@@ -90,13 +91,15 @@ def resolve(data: Any, path: str, where: str, allow_empty: bool = False) -> Any:
 
 
 def verdict_table(summary: dict) -> str:
-    """The verdicts as a Markdown table: claim, status, p-value, power."""
+    """The verdicts as a Markdown table: claim, status, p-value, and power for a null result only (it decides
+    nothing where the claim is reproduced); then each claim not run."""
     def number(value: Any) -> str:
         return "—" if value is None else f"{value:.2g}"
 
-    rows = ["| claim | verdict | p | power |", "|---|---|---|---|"]
-    rows += [f"| {v['claim']} | **{v['status']}** | {number(v.get('p_value'))} | {number(v.get('power'))} |"
-             for v in summary["verdicts"]]
+    rows = ["| claim | verdict | p | power (null results) |", "|---|---|---|---|"]
+    rows += [f"| {v['claim']} | **{v['status']}** | {number(v.get('p_value'))} | "
+             f"{number(None if v['status'] == 'reproduced' else v.get('power'))} |" for v in summary["verdicts"]]
+    rows += [f"| {c['claim']} | **not run** | — | — |" for c in summary.get("not_run", [])]
     return "\n".join(rows)
 
 

@@ -18,7 +18,7 @@ from headway.studies.modular.verdicts import CLAIMS as MODULAR
 from headway.studies.registry import study_class
 from headway.studies.retrieval.verdicts import CLAIMS as RETRIEVAL
 from headway.studies.rules import Rules, rule
-from headway.studies.sensitivity import COLUMNS, flips, status_table, sweep_text, threshold_sensitivity
+from headway.studies.sensitivity import COLUMNS, displayed, flips, status_table, sweep_text, threshold_sensitivity
 from headway.studies.sorting.verdicts import CLAIMS as SORTING
 from headway.studies.verdict import StudyClaim, checked_claim, reads, registry
 
@@ -160,6 +160,28 @@ def test_the_sensitivity_judges_every_claim_again_holds_the_held_ones_and_skips_
         "Threshold sweep: level — same status at 0.3, 0.5, not reproduced at 0.9.")
     assert sweep_text(table, "held-high", "reproduced") == ""  # rests on no rule, never flips
     assert list(status_table(table).columns) == ["rule", "value", "high", "held-high"]
+
+
+def test_a_claim_whose_null_was_measured_at_the_study_values_only_is_not_shown_over_those_rules():
+    @checked_claim("circuit carries the answer", lambda rules: "a test", runs=reads("score"))
+    def circuit(runs: pd.DataFrame, rules: Rules, *, claim) -> None:
+        return None
+
+    claims = registry(StudyClaim("circuit", circuit, null_at_study_values=("role_score",)),
+                      StudyClaim("curriculum", circuit))
+    rows = [("circuit", "role_score", 0.3, False, "not testable", math.nan, math.nan, True, "no random-set null"),
+            ("circuit", "role_score", 0.4, True, "not reproduced", 1.0, 0.99, True, ""),
+            ("circuit", "necessary_margin", 0.1, True, "not reproduced", 1.0, 0.99, False, ""),
+            ("curriculum", "role_score", 0.3, False, "reproduced", 0.001, 0.3, False, ""),
+            ("curriculum", "role_score", 0.4, True, "reproduced", 0.001, 0.3, False, "")]
+    shown, notes = displayed(pd.DataFrame(rows, columns=COLUMNS), claims)
+    assert list(zip(shown.claim, shown.rule)) == [("circuit", "necessary_margin"), ("curriculum", "role_score"),
+                                                  ("curriculum", "role_score")]
+    assert shown.power.isna().tolist() == [False, True, True]  # power is no part of a rejection
+    assert notes == ["circuit is not shown over role_score: its null was measured at the study's values of these "
+                     "rules only, so at every other value it is not testable for want of a null, whatever the runs "
+                     "show (summary.json keeps those rows)"]
+    assert flips(shown) == []
 
 
 def test_the_retrieval_sensitivity_agrees_with_the_one_its_committed_folder_holds(sensitivities):

@@ -80,7 +80,7 @@ def test_the_verdicts_never_count_an_untestable_case_as_a_refutation(study):
     circuit = verdicts[CIRCUIT_CLAIM]
     assert circuit["status"] != "not reproduced" and "Left out as unable to beat their null" in circuit["evidence"]
     for verdict in summary["verdicts"]:
-        assert verdict["evidence"].startswith("Test, fixed in advance:")
+        assert verdict["evidence"].startswith("Test: ")
         if verdict["status"] != "not testable":
             assert verdict["alpha"] == 0.05 and None not in (verdict["p_value"], verdict["power"])
     assert summary["rules"]["solved_accuracy"] == 0.9 and summary["rules"]["random_sets"] == 49

@@ -104,7 +104,7 @@ def test_llc_verdict_states_its_test_and_groups_seeds_by_condition():
                           fall=0.1, validity=LIMITS)
     alone = judge([llc_rises_then_falls([no_rise], rules)], rules)[0]
     assert alone.status != "reproduced" and alone.p_value == 1.0
-    assert alone.evidence.startswith("Test, fixed in advance: per traced run, one-sided z-tests")
+    assert alone.evidence.startswith("Test: per traced run, one-sided z-tests")
     assert "uniform, no wd: seed 1: λ̂ 600 at step 30" in alone.evidence
     assert "no rise: the peak is the first valid checkpoint" in alone.evidence
     assert "left out: step 0–10 (4 checkpoints): λ̂ ≤ 0" in alone.evidence

@@ -9,19 +9,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headway.analysis.statistics import (agreement_power, agreement_tail, binomial_tail, fisher_greater, fisher_power,
-                                         holm)
+from headway.analysis.statistics import (agreement_power, agreement_tail, binomial_power, binomial_tail,
+                                         fisher_greater, fisher_power, holm)
+from headway.cli.study import verdict_table
 from headway.errors import ConfigError
 from headway.report.html import Report
 from headway.studies.rules import Rules, rule
-from headway.studies.verdict import (STATUSES, Claim, Finding, MissingInput, Verdict, checked_claim, intersection_union,
-                                     is_missing, judge, methods_section, present, reads, verdict_callouts)
+from headway.studies.verdict import (STATUSES, Claim, Finding, MissingInput, StudyClaim, Verdict, checked_claim,
+                                     decision_rule, intersection_union, is_missing, judge, methods_section, not_run,
+                                     present, reads, smallest_p, verdict_callouts, verdict_frame)
 
 
 def test_a_verdict_has_a_known_status_and_evidence():
     assert Verdict("claim", "reproduced", "2 of 3").to_dict() == {
         "claim": "claim", "status": "reproduced", "evidence": "2 of 3", "p_value": None, "alpha": None, "power": None,
-        "id": ""}
+        "id": "", "reason": ""}
     with pytest.raises(ConfigError, match="'partly reproduced' is unknown"):
         Verdict("claim", "partly reproduced", "2 of 3")
     with pytest.raises(ConfigError, match="evidence"):
@@ -73,6 +75,79 @@ def test_judge_corrects_over_the_testable_claims_and_never_refutes_without_power
     assert "could not be computed" in found[5].evidence
 
 
+def test_the_family_is_named_by_what_it_holds_the_tested_claims():
+    """Holm runs over every claim with a p-value, those a lack of power then makes not testable included; a claim
+    without a p-value is outside it, and the evidence says so in one sense of the word."""
+    found = judge([finding(0.001), finding(0.5, power=0.1), finding(0.001, untestable="no control")], Rules())
+    assert [v.status for v in found] == ["reproduced", "not testable", "not testable"]
+    assert all("Holm's correction over the 2 tested claims at family-wise α = 0.05" in v.evidence for v in found[:2])
+    assert "testable claim" not in " ".join(v.evidence for v in found)
+    assert found[0].reason == "p = 0.001 rejects its null at α = 0.05 (Holm's correction over the 2 tested claims)"
+    assert found[1].reason == "p = 0.5 not rejected, and power 0.10 < 0.8: the null result refutes nothing"
+    assert found[2].reason == "no control"
+    assert "over the tested claims (every one whose test gave a p-value, including those then found not testable" \
+        in decision_rule(Rules())
+
+
+def sign_test(n: int, null: float) -> Finding:
+    """All n runs positive against a per-run null rate: the exact binomial test's p and power at rate 0.9."""
+    return Finding(f"{n} runs", "a sign test", f"{n} of {n}", binomial_tail(n, n, null),
+                   lambda level: binomial_power(n, null, 0.9, level))
+
+
+def test_a_design_that_cannot_reach_its_level_says_the_smallest_p_it_can_give():
+    # two cells that agree by chance with probability 0.25 each: the best outcome has p = 0.0625 > α
+    assert smallest_p(sign_test(2, 0.25).power, 0.05 / 3) == pytest.approx(0.0625, rel=1e-9)
+    assert smallest_p(sign_test(6, 0.5).power, 0.01) == pytest.approx(0.5 ** 6, rel=1e-9)
+    assert math.isnan(smallest_p(lambda level: 0.0, 0.01))  # no outcome rejects at any level
+    found = judge([sign_test(2, 0.25), sign_test(1, 0.05), finding(0.001)], Rules())
+    assert [v.status for v in found] == ["not testable", "not testable", "reproduced"] and found[0].power == 0.0
+    assert ("power 0.00 is below 0.8 (the smallest p this design can give is 0.0625 > α = 0.05, so no outcome "
+            "could reject), so the null result refutes nothing.") in found[0].evidence
+    assert found[0].reason.endswith("the smallest p this design can give is 0.0625 > α = 0.05, so no outcome could "
+                                    "reject")
+    # one run against a null rate of α: its best p is α itself, reachable only at Holm's last step
+    assert ("the smallest p this design can give is 0.05 > α/3 = 0.0167, the strictest Holm level, at which the "
+            "power is computed") in found[1].evidence
+    assert "smallest p" not in judge([sign_test(8, 0.25), finding(0.001)], Rules())[0].evidence  # power > 0
+
+
+def test_power_is_shown_only_where_it_decides_and_a_claim_not_run_is_listed():
+    verdicts = judge([finding(0.001, power=0.3), finding(0.5, power=0.95), finding(0.5, power=0.2)], Rules())
+    frame = verdict_frame(verdicts)
+    assert frame["status"].tolist() == ["reproduced", "not reproduced", "not testable"]
+    assert frame["power (null results)"].isna().tolist() == [True, False, False]  # a rejection needs no power
+
+    @checked_claim("answer-only runs fail", lambda rules: "a test", runs=reads("score"))
+    def fails(runs: pd.DataFrame, rules: Rules, *, claim) -> None:
+        return None
+
+    claims = [StudyClaim("fails", fails, needs="the grid trained no answer-only runs")]
+    unrun = not_run(claims, verdicts, Rules())
+    assert unrun == [{"id": "fails", "claim": "answer-only runs fail",
+                      "reason": "not run: the grid trained no answer-only runs"}]
+    html = verdict_callouts(Report("t"), verdicts, "intro", unrun=unrun).render()
+    assert "answer-only runs fail" in html and "not run: the grid trained no answer-only runs" in html
+
+
+def test_the_printed_verdict_table_gives_each_claim_a_reason_and_lists_the_claims_not_run(tmp_path):
+    import json
+
+    verdicts = judge([finding(0.001, power=0.3), sign_test(2, 0.25)], Rules())
+    unrun = [{"id": "fails", "claim": "answer-only runs fail", "reason": "not run: the grid trained none"}]
+    (tmp_path / "summary.json").write_text(json.dumps({"verdicts": [v.to_dict() for v in verdicts],
+                                                       "not_run": unrun}))
+    lines = verdict_table(tmp_path / "summary.json", width=200).splitlines()
+    assert lines[0].startswith("Verdicts (2 claims judged, 1 not run;")
+    assert lines[2].split() == ["reproduced", "0.001", "0.05", "–", "claim", "p=0.001"]  # no power beside a rejection
+    assert lines[3].strip().startswith("why: p = 0.001 rejects its null")
+    assert lines[4].split() == ["not", "testable", "0.062", "0.05", "0.00", "2", "runs"]
+    assert "why: p = 0.0625 not rejected, and power 0.00 < 0.8: the smallest p this design can give is 0.0625" \
+        in lines[5]
+    assert lines[6].split() == ["not", "run", "–", "–", "–", "answer-only", "runs", "fail"]
+    assert lines[7].strip() == "why: not run: the grid trained none"
+
+
 def test_fisher_and_its_power():
     assert fisher_greater(3, 3, 0, 3) == pytest.approx(0.05)
     assert fisher_greater(0, 3, 3, 3) == 1.0
@@ -109,7 +184,7 @@ def test_judge_calls_a_missing_or_impossible_p_value_not_testable(p_value, why):
     found = judge([Finding("claim", "a test", "numbers", p_value, lambda level: 0.99), finding(0.001)], Rules())
     assert found[0].status == "not testable" and f"Not testable: {why}." in found[0].evidence
     assert found[0].p_value is None and found[1].status == "reproduced"
-    assert "over 1 testable claim(s)" in found[1].evidence  # the untestable one is no part of Holm's family
+    assert "over the 1 tested claim at" in found[1].evidence  # the untestable one is no part of Holm's family
 
 
 @pytest.mark.parametrize("power", [None, math.nan, 1.5, -0.1])

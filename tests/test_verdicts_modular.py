@@ -272,7 +272,7 @@ def test_all_claims_are_judged_together_with_holm():
     found = modular.verdicts(tables, RULES)
     assert [v.status for v in found] == ["reproduced"] * 4 + ["not reproduced"]
     assert all(v.alpha == 0.05 and v.p_value is not None and v.power is not None for v in found)
-    assert "Holm's correction over 5 testable claim(s)" in found[0].evidence
+    assert "Holm's correction over the 5 tested claims" in found[0].evidence
 
 
 # --- a missing input is never a finding --------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def test_the_study_judges_by_sorting_rules(tmp_path):
 def test_learning_to_sort_is_tested_against_half_and_can_fail():
     learned = alone(sorting.learns_to_sort(runs(["splitting"] * 18), RULES))
     assert learned.status == "reproduced" and learned.p_value == pytest.approx(0.5 ** 18)
-    assert learned.evidence.startswith("Test, fixed in advance: exact one-sided binomial test")
+    assert learned.evidence.startswith("Test: exact one-sided binomial test")
     failed = alone(sorting.learns_to_sort(runs(["other"] * 18, accuracy=0.5), RULES))
     assert failed.status == "not reproduced" and failed.p_value == 1.0  # 0 of 18: a refutation, never a pass
     assert failed.power == pytest.approx(binomial_power(18, 0.5, 0.9, 0.05)) and failed.power >= 0.8
@@ -197,7 +197,7 @@ def test_the_cpu_result_judged_together():
     found = {v.claim: v for v in sorting.verdicts(tables_of(final), RULES)}
     assert found[sorting.LEARNS_CLAIM].status == "reproduced"
     assert found[sorting.SPLITTING_CLAIM].status == "reproduced"  # p = 0.0084 ≤ 0.05 / 3 in Holm's second step
-    assert "over 4 testable claim(s)" in found[sorting.SPLITTING_CLAIM].evidence
+    assert "over the 4 tested claims" in found[sorting.SPLITTING_CLAIM].evidence
     assert found[sorting.SIMPLE_CLAIM].status == "not testable"  # 13/18, p 0.048 > 0.05 / 2, power 0.5 at 0.0125
     assert found[sorting.COPY_SUPPRESSION_CLAIM].status == "not testable"  # 1/18, power 0.79 < 0.8
     assert all(v.alpha == 0.05 for v in found.values() if v.p_value is not None)

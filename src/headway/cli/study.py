@@ -162,27 +162,34 @@ def study_command(cls: type[Study]) -> click.Command:
 
 
 def verdict_table(summary: Path, width: int | None = None) -> str:
-    """The verdicts a study's summary.json holds as a text table (status, p, α, power, claim wrapped to `width`,
-    default the terminal's), or a line saying there are none."""
+    """The verdicts a study's summary.json holds as a text table (status, p, α, power where it decides, claim
+    wrapped to `width`, default the terminal's), each with its one-line reason, then the claims not run; or a line
+    saying there are none."""
     import json
     import shutil
     import textwrap
 
     try:
-        verdicts = json.loads(summary.read_text(encoding="utf-8")).get("verdicts") or []
+        stored = json.loads(summary.read_text(encoding="utf-8"))
+        verdicts, unrun = stored.get("verdicts") or [], stored.get("not_run") or []
     except (OSError, ValueError, AttributeError):
-        verdicts = []
-    if not verdicts:
+        verdicts, unrun = [], []
+    if not verdicts and not unrun:
         return f"no verdicts in {summary}"
     width = width or shutil.get_terminal_size((120, 24)).columns
     head = f"{'status':<15} {'p':>7} {'α':>6} {'power':>6}  "
-    lines = [f"Verdicts ({len(verdicts)} claims; p one-sided, α family-wise, power at the stated effect):",
-             head + "claim"]
-    for verdict in verdicts:
-        cells = f"{verdict['status']:<15} {_number(verdict.get('p_value'), p=True):>7} " \
-                f"{_number(verdict.get('alpha')):>6} {_number(verdict.get('power')):>6}  "
-        claim = textwrap.wrap(verdict["claim"], max(30, width - len(head))) or [""]
-        lines += [cells + claim[0], *(" " * len(head) + rest for rest in claim[1:])]
+    lines = [f"Verdicts ({len(verdicts)} claims judged, {len(unrun)} not run; p one-sided, α family-wise, power at "
+             "the stated effect, shown for null results only):", head + "claim"]
+    text = max(30, width - len(head))
+    rows = [(verdict["status"], verdict.get("p_value"), verdict.get("alpha"),
+             None if verdict["status"] == "reproduced" else verdict.get("power"), verdict["claim"],
+             verdict.get("reason") or "") for verdict in verdicts]
+    rows += [("not run", None, None, None, entry["claim"], entry["reason"]) for entry in unrun]
+    for status, p_value, alpha, power, statement, reason in rows:
+        cells = f"{status:<15} {_number(p_value, p=True):>7} {_number(alpha):>6} {_number(power):>6}  "
+        wrapped = textwrap.wrap(statement, text) or [""]
+        wrapped += textwrap.wrap(f"why: {reason}", text) if reason else []
+        lines += [cells + wrapped[0], *(" " * len(head) + rest for rest in wrapped[1:])]
     return "\n".join(lines)
 
 

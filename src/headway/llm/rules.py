@@ -1,7 +1,7 @@
 """The rules of the prompted-LLM evaluation (`headway llm-eval`): each cell of a run (formulation × metric ×
 hop count) carries the claim that the model answers above chance there, judged like every study's claims
-by `headway.studies.verdict.judge` (Holm's correction over the run's testable cells at `alpha`, a null
-result a refutation only with `power` to detect the stated `effect`)."""
+by `headway.studies.verdict.judge` (Holm's correction over the run's tested cells, those with a p-value, at
+`alpha`; a null result a refutation only with `power` to detect the stated `effect`)."""
 
 from __future__ import annotations
 

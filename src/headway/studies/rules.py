@@ -1,4 +1,5 @@
-"""Every threshold a study judges by, in one frozen object fixed before the data: one `Rules` subclass per
+"""Every threshold a study judges by, in one frozen object set before its tables are judged (not before its
+runs were first seen: docs/verdicts.md, "What was fixed before which data"): one `Rules` subclass per
 study, each field a threshold, level, power requirement or minimum effect with its reason and the values
 its sensitivity sweep tries in the field's metadata (`rule(...)`).
 

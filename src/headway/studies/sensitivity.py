@@ -3,8 +3,8 @@
 the study's tables are derived again where that rule reaches them (the study's `tables_at`), every registered
 claim is judged again with the study-wide correction, and the table records each claim's status there, keyed
 by its id. A claim *rests* on a rule when its test, evidence or p-value changes anywhere in the rule's sweep;
-a verdict *flips* when its status does. The rules are fixed before the data, not on a study's own models: the
-sweep shows how much each verdict depends on them.
+a verdict *flips* when its status does. The rules are set before the tables are judged: the sweep shows how much
+each verdict depends on them.
 
 Built at the report stage from the summarised tables, so summarising never depends on the verdicts."""
 
@@ -64,6 +64,22 @@ def _judged(claims: Sequence[StudyClaim], tables: Any, rules: Rules,
 def _fingerprint(finding: Finding | None) -> tuple:
     """What a finding says: its test, evidence, reason for being untestable and p-value."""
     return () if finding is None else (finding.test, finding.evidence, finding.untestable, repr(finding.p_value))
+
+
+def displayed(sensitivity: pd.DataFrame, claims: Sequence[StudyClaim]) -> tuple[pd.DataFrame, list[str]]:
+    """The sweep as a report shows it, and one sentence per claim it leaves out of a rule's sweep. Left out: a
+    claim's rows over the rules its null was measured at the study's values only
+    (`StudyClaim.null_at_study_values`), where away from the default it is not testable for want of a null, not
+    for its data. Power is blanked where the claim is reproduced (it decides only a null result)."""
+    fixed = {(claim.id, name) for claim in claims for name in claim.null_at_study_values}
+    keys = list(zip(sensitivity.claim, sensitivity.rule))
+    kept = sensitivity[[key not in fixed for key in keys]]
+    kept = kept.assign(power=kept.power.where(kept.status != "reproduced"))
+    notes = [f"{claim.id} is not shown over {', '.join(claim.null_at_study_values)}: its null was measured at the "
+             "study's values of these rules only, so at every other value it is not testable for want of a null, "
+             "whatever the runs show (summary.json keeps those rows)"
+             for claim in claims if any(key[0] == claim.id and key in fixed for key in keys)]
+    return kept.reset_index(drop=True), notes
 
 
 def flips(sensitivity: pd.DataFrame) -> list[str]:

@@ -1,17 +1,24 @@
 """A study's verdict on each claim, decided the same way for every claim of every study.
 
-Each claim is a test fixed before the data (a `Finding`): the null or control it is tested against, the
-test, its one-sided p-value, and the power the design has to detect the claim's stated effect. `judge`
-then decides every claim of a study together:
+Each claim is a test set by the study's code and `Rules` before its tables are judged (a `Finding`): the
+null or control it is tested against, the test, its one-sided p-value, and the power the design has to detect
+the claim's stated effect. (The tests are not pre-registered: several were written after earlier versions of
+a study had seen the same runs; docs/verdicts.md says which.) `judge` then decides every claim of a study
+together:
 
 - **reproduced** — the test rejects its null at the family-wise level `rules.alpha`, Holm-corrected over
-  the study's testable claims;
+  the study's tested claims (every claim whose test gave a p-value, including those a lack of power then
+  makes not testable: they were tested and could have rejected);
 - **not reproduced** — it does not, and the design had at least `rules.power` to detect the stated effect
   (at the Bonferroni level alpha / m, the strictest Holm step, so the power is never overstated);
 - **not testable** — the finding says why it cannot be tested (a missing control, a circuit that cannot
   beat its null, too few learned runs), one of its inputs holds a missing value, its p-value is missing or
-  no probability, or it has too little power (or none known). An untestable claim never counts as a
-  refutation, and a missing value never passes a comparison.
+  no probability, or it has too little power (or none known). Where the power is 0 because no outcome of
+  the design gives a p that small, the verdict says the smallest p the design can give. An untestable claim
+  never counts as a refutation, and a missing value never passes a comparison.
+
+Each verdict carries a one-line `reason` (what `headway study` prints beside its status); a registered claim
+whose experiment the grid did not train has no verdict and is listed as not run (`not_run`).
 
 **A missing input makes a claim not testable.** Every claim is a function of its input tables declared with
 `checked_claim`: its statement, its test in words, and for each table the columns it reads (`reads`). The
@@ -65,8 +72,8 @@ _KIND = {"reproduced": "ok", "not reproduced": "warning"}
 @dataclass(frozen=True)
 class Verdict:
     """One claim judged by a study: the claim, its status (one of STATUSES), the evidence, the test's
-    p-value, the family-wise level it was judged at and the power it had (None where not computed), and the
-    claim's id in its study's registry ("" for a finding made outside one)."""
+    p-value, the family-wise level it was judged at and the power it had (None where not computed), the
+    claim's id in its study's registry ("" for a finding made outside one) and the status's reason in one line."""
 
     claim: str
     status: str
@@ -75,6 +82,7 @@ class Verdict:
     alpha: float | None = None
     power: float | None = None
     id: str = ""
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -83,13 +91,13 @@ class Verdict:
             raise ConfigError("a verdict needs both a claim and its evidence")
 
     def to_dict(self) -> dict[str, object]:
-        """{"claim", "status", "evidence", "p_value", "alpha", "power", "id"}, as summary.json stores it."""
+        """{"claim", "status", "evidence", "p_value", "alpha", "power", "id", "reason"}, as summary.json stores it."""
         return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One claim's pre-registered test, before the study-wide correction.
+    """One claim's test, set before its tables are judged, and its outcome before the study-wide correction.
 
     `test` says in advance what decides the claim: the null or control, the test and the effect it must
     detect. `p_value` is the test's one-sided p (NaN or None when it could not be computed); `power(level)` the
@@ -131,38 +139,68 @@ def untestable_why(finding: Finding) -> str:
 
 
 def judge(findings: Sequence[Finding | None], rules: Rules) -> list[Verdict]:
-    """The verdict on every finding (None entries dropped), Holm-corrected over the testable ones at
-    `rules.alpha`; a null result is a refutation only with power ≥ `rules.power` (see the module docstring).
-    A finding whose p-value is missing (None or NaN) or no probability is not testable; a power that is
-    missing or no probability is unknown, so a null result refutes nothing."""
+    """The verdict on every finding (None entries dropped), Holm-corrected over the tested ones (those with a
+    p-value) at `rules.alpha`; a null result is a refutation only with power ≥ `rules.power` (see the module
+    docstring). A finding whose p-value is missing (None or NaN) or no probability is not testable and outside
+    the family; a power that is missing or no probability is unknown, so a null result refutes nothing."""
     given = [f for f in findings if f is not None]
-    testable = [f for f in given if not untestable_why(f)]
-    rejected = dict(zip(map(id, testable), holm([float(f.p_value) for f in testable], rules.alpha)))
-    level = rules.alpha / max(1, len(testable))
+    tested = [f for f in given if not untestable_why(f)]
+    rejected = dict(zip(map(id, tested), holm([float(f.p_value) for f in tested], rules.alpha)))
+    level = rules.alpha / max(1, len(tested))
+    family = f"Holm's correction over the {len(tested)} tested claim{'' if len(tested) == 1 else 's'}"
     verdicts = []
     for finding in given:
-        rule = f"Test, fixed in advance: {finding.test}."
+        rule = f"Test: {finding.test}."
         why = untestable_why(finding)
         if why:
             verdicts.append(Verdict(finding.claim, "not testable",
                                     f"{rule} Not testable: {why}." + (f" {finding.evidence}" if finding.evidence else ""),
-                                    id=finding.id))
+                                    id=finding.id, reason=why))
             continue
         power = _probability(finding.power(level))
-        judged = (f"p = {finding.p_value:.3g}, judged with Holm's correction over {len(testable)} testable claim(s) "
-                  f"at family-wise α = {rules.alpha:g}")
+        judged = f"p = {finding.p_value:.3g}, judged with {family} at family-wise α = {rules.alpha:g}"
         if rejected[id(finding)]:
             status, tail = "reproduced", f"{judged}: rejected."
+            reason = f"p = {finding.p_value:.3g} rejects its null at α = {rules.alpha:g} ({family})"
         elif power >= rules.power:
             status, tail = "not reproduced", f"{judged}: not rejected, with power {power:.2f} ≥ {rules.power:g}."
+            reason = f"p = {finding.p_value:.3g} not rejected, with power {power:.2f} ≥ {rules.power:g}"
         else:
             status = "not testable"
             shown = "unknown" if math.isnan(power) else f"{power:.2f}"
-            tail = (f"{judged}: not rejected, but the design's power {shown} is below {rules.power:g}, so the null "
-                    "result refutes nothing.")
+            floor = smallest_p_text(finding.power, level, len(tested), rules.alpha) if power == 0 else ""
+            tail = (f"{judged}: not rejected, but the design's power {shown} is below {rules.power:g}"
+                    + (f" ({floor})" if floor else "") + ", so the null result refutes nothing.")
+            reason = (f"p = {finding.p_value:.3g} not rejected, and power {shown} < {rules.power:g}: "
+                      + (floor or "the null result refutes nothing"))
         verdicts.append(Verdict(finding.claim, status, f"{rule} {finding.evidence} {tail}", float(finding.p_value),
-                                rules.alpha, None if math.isnan(power) else power, finding.id))
+                                rules.alpha, None if math.isnan(power) else power, finding.id, reason))
     return verdicts
+
+
+def smallest_p(power: Callable[[float], float | None], level: float) -> float:
+    """The smallest p-value a design can give, for a test whose power is 0 at `level`: the least level in
+    (`level`, 1] at which its power is positive (an exact test's power is a step function of the level, rising
+    from 0 at the smallest attainable p), found by bisection; NaN when the power is 0 (or unknown) even at 1."""
+    if not _probability(power(1.0)) > 0:
+        return math.nan
+    low, high = level, 1.0
+    for _ in range(64):
+        middle = math.sqrt(low * high) if low > 0 else high / 2
+        low, high = (low, middle) if _probability(power(middle)) > 0 else (middle, high)
+    return float(f"{high:.12g}")  # the bisection ends a rounding error above the attainable p
+
+
+def smallest_p_text(power: Callable[[float], float | None], level: float, tested: int, alpha: float) -> str:
+    """Why a design has power 0 at `level` (α / `tested`, the strictest Holm level), in words: the smallest p it
+    can give, against α itself where no outcome could ever reject."""
+    floor = smallest_p(power, level)
+    if math.isnan(floor):
+        return "no outcome of this design can reject its null at any level"
+    if floor > alpha:
+        return f"the smallest p this design can give is {floor:.3g} > α = {alpha:g}, so no outcome could reject"
+    return (f"the smallest p this design can give is {floor:.3g} > α/{tested} = {level:.3g}, the strictest Holm "
+            "level, at which the power is computed")
 
 
 def intersection_union(p_values: Sequence[float]) -> float:
@@ -432,11 +470,16 @@ class StudyClaim:
     function whose arguments besides `rules` are attributes of the study's tables (`tables`). `held`: the
     threshold-sensitivity sweep keeps this claim's finding at the study's rules and tables, because its
     tables are too costly to derive again at every swept value (a simulated power); it is still judged in
-    the study's family there."""
+    the study's family there. `null_at_study_values`: the rules whose swept values the claim's null was not
+    measured at (it needs the models, analysed at the study's values only), so its sweep over them shows no
+    data and the report leaves it out. `needs`: what the grid must train for the claim to be judged, said
+    when it was not (its test gives no finding)."""
 
     id: str
     test: Callable[..., Finding | None]
     held: bool = False
+    null_at_study_values: tuple[str, ...] = ()
+    needs: str = ""
 
     def __post_init__(self) -> None:
         if not CLAIM_ID.fullmatch(self.id):
@@ -481,10 +524,41 @@ def registered_findings(claims: Sequence[StudyClaim], tables: Any, rules: Rules)
     return [finding for finding in found if finding is not None]
 
 
+def not_run(claims: Sequence[StudyClaim], verdicts: Sequence[Verdict], rules: Rules) -> list[dict[str, str]]:
+    """The registered claims without a verdict (the grid did not train their experiment), in registry order:
+    {"id", "claim", "reason"}, as summary.json stores them under "not_run"."""
+    judged = {verdict.id for verdict in verdicts}
+    return [{"id": claim.id, "claim": claim.statement(rules),
+             "reason": f"not run: {claim.needs or 'the grid did not train the experiment it is about'}"}
+            for claim in claims if claim.id not in judged]
+
+
+def decision_rule(rules: Rules, tested: str = "claims") -> str:
+    """How every verdict is decided, in words for a report's introduction to its verdicts; `tested` names what
+    the family holds ("claims", "cells", "conditions")."""
+    return (f"Reproduced: the test rejects its null at the family-wise level α = {rules.alpha:g}, with Holm's "
+            f"correction over the tested {tested} (every one whose test gave a p-value, including those then found "
+            f"not testable for lack of power: they were tested and could have rejected). Not reproduced: it does "
+            f"not, and the design had power ≥ {rules.power:g} to detect the stated effect at the strictest Holm "
+            "level. Not testable: too little power (where no outcome of the design could reach that level, the "
+            "smallest p it can give is stated), a missing control or input, or too few usable runs. Power is "
+            "shown only where it decides, for a null result; a rejection needs none. Each test was set in the "
+            "study's code and rules before these tables were judged, not pre-registered before training.")
+
+
+def verdict_frame(verdicts: Sequence[Verdict]) -> pd.DataFrame:
+    """The verdicts as a report's table: id, claim, status, p, α, and power only where it decides (a claim not
+    reproduced or not testable; None for a reproduced one)."""
+    return pd.DataFrame([{"id": v.id, "claim": v.claim, "status": v.status, "p": v.p_value, "α": v.alpha,
+                          "power (null results)": None if v.status == "reproduced" else v.power}
+                         for v in verdicts], columns=["id", "claim", "status", "p", "α", "power (null results)"])
+
+
 def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str,
-                     sweeps: Mapping[str, str] | None = None) -> Report:
+                     sweeps: Mapping[str, str] | None = None, unrun: Sequence[Mapping[str, str]] = ()) -> Report:
     """Add a "Claims checked" section to `report`: `intro`, then one callout per verdict, naming the claim's
-    id and ending with what its threshold sweep shows (`sweeps`: claim id → sentence, where there is one)."""
+    id and ending with what its threshold sweep shows (`sweeps`: claim id → sentence, where there is one), then
+    one per claim not run (`unrun`: `not_run`'s entries)."""
     report.section("Claims checked")
     report.paragraph(intro)
     for verdict in verdicts:
@@ -492,6 +566,8 @@ def verdict_callouts(report: Report, verdicts: Sequence[Verdict], intro: str,
         swept = (sweeps or {}).get(verdict.id, "")
         report.callout(f"{named} — {verdict.status}. {verdict.evidence}" + (f" {swept}" if swept else ""),
                        _KIND.get(verdict.status, "note"))
+    for claim in unrun:
+        report.callout(f"**{claim['claim']}** [{claim['id']}] — {claim['reason']}.", "note")
     return report
 
 
@@ -501,11 +577,11 @@ def methods_section(report: Report, rules: Rules) -> Report:
     import pandas as pd
 
     report.section("Methods: the rules")
-    report.paragraph("Every threshold, level and minimum effect the verdicts use, fixed before the data "
-                     f"(`{type(rules).__module__}.{type(rules).__name__}`). A claim is reproduced when its test "
-                     "rejects its null at the family-wise level α (Holm's correction over the study's testable "
-                     "claims), not reproduced when it does not and the design had the stated power, and not "
-                     "testable otherwise.")
+    report.paragraph("Every threshold, level and minimum effect the verdicts use "
+                     f"(`{type(rules).__module__}.{type(rules).__name__}`), set before these tables were judged. "
+                     "A claim is reproduced when its test rejects its null at the family-wise level α (Holm's "
+                     "correction over the study's tested claims: every claim whose test gave a p-value), not "
+                     "reproduced when it does not and the design had the stated power, and not testable otherwise.")
     report.table(pd.DataFrame(rules.rows()), "The rules (stage: analysis rules are part of the analysis cache's "
                  "stamp; summary rules are read when judging the tables).", float_format="{:g}")
     return report

@@ -81,7 +81,9 @@ def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame
         cells = {r.mode: f"{r.count}/{r.n} ({r.ci_low:.2f}–{r.ci_high:.2f})" for r in group.itertuples()}
         lines.append(f"| {name} | {int(group.n.iloc[0])} | " + " | ".join(
             cells[m] for m in ("splitting", SUPPRESSOR, "overlapping", "other")) + " |")
-    lines += ["", "## Test (fixed before training)", "",
+    lines += ["", "## Test", "",
+              "Written with the search, before its models trained; the correction across conditions was Šidák's "
+              "then, and became Holm's after the committed search had run. "
               f"Per condition: exact one-sided binomial test of the copy-suppression count among learned runs "
               f"(val accuracy ≥ {rules.learned:.0%}) against a rate of {rules.null_rate:g}; the conditions judged "
               f"together with Holm's correction at family-wise α = {rules.alpha:g}. Power: probability of a "

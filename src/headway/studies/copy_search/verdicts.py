@@ -34,7 +34,7 @@ def condition_findings(models: pd.DataFrame, rules: SearchRules) -> list[Finding
 
 
 def verdicts(tables: SearchTables, rules: SearchRules) -> list[Verdict]:
-    """The verdict of every condition, Holm-corrected over the testable ones (`judge`)."""
+    """The verdict of every condition, Holm-corrected over the tested ones, those with a p-value (`judge`)."""
     return judge(condition_findings(tables.models, rules), rules)
 
 

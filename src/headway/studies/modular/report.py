@@ -23,7 +23,7 @@ from headway.studies.modular.tables import (ModularTables, grokking_counts, grok
                                             summary_json, tables_at)
 from headway.studies.modular.verdicts import CLAIMS
 from headway.studies.sensitivity import flips, status_table, sweep_texts, threshold_sensitivity
-from headway.studies.verdict import Verdict, methods_section, verdict_callouts
+from headway.studies.verdict import Verdict, decision_rule, methods_section, verdict_callouts, verdict_frame
 
 RUN_COLUMNS = ["train_fraction", "weight_decay", "seed", "train_accuracy", "val_accuracy", "memorised_step",
                "generalised_step", "delay", "grokked", "initial_effective_frequencies", "effective_frequencies",
@@ -44,15 +44,13 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
                     f"headway study modular · scale `{data.plan.scale}` · {len(tables.runs)} trained transformers")
     rules: ModularRules = data.rules
     sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(data, tables, changed))
-    verdict_callouts(report, verdicts, "Each claim about grokking checked by this study: the test fixed in advance "
-                     "(its null or control and the effect it must detect), the numbers behind it, its p-value, the "
-                     f"family-wise level α = {rules.alpha:g} (Holm's correction over the claims) and its power. A claim "
-                     "that does not hold at this scale is shown as such; one the design cannot decide is not testable.",
+    verdict_callouts(report, verdicts, "Each claim about grokking checked by this study: its test (its null or "
+                     "control and the effect it must detect), the numbers behind it and its p-value. "
+                     + decision_rule(rules) + " A claim that does not hold at this scale is shown as such.",
                      sweep_texts(sensitivity, verdicts))
-    report.table(pd.DataFrame([{"id": v.id, "claim": v.claim, "status": v.status, "p": v.p_value, "α": v.alpha,
-                                "power": v.power} for v in verdicts]),
-                 "The verdicts: one-sided p, family-wise α and the design's power at the stated effect (– where the "
-                 "claim could not be tested).", float_format="{:.3g}")
+    report.table(verdict_frame(verdicts), "The verdicts: one-sided p, family-wise α and, for a null result only, "
+                 "the design's power at the stated effect (– where it does not decide or the claim could not be "
+                 "tested).", float_format="{:.3g}")
     _overview(report, data, tables)
     _grokking_section(report, tables, rules, figures)
     _fourier_section(report, tables, rules, figures)

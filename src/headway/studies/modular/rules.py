@@ -1,5 +1,5 @@
 """Every threshold, level and stated effect the modular-addition study judges by (docs/study-modular.md,
-"Verdicts"), in one frozen object fixed before the data."""
+"Verdicts"), in one frozen object set before the tables are judged."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The verdict on each claim about grokking modular addition, computed from the study's tables and rules
-alone. Each claim is a test fixed before the data (docs/study-modular.md, "Verdicts"):
+alone. Each claim is a test set before the tables are judged (docs/study-modular.md, "Verdicts"):
 
 - grokking: the exact one-sided binomial test of the grokked share of the runs with weight decay against
   `null_share`, stated effect `effect_share`;

@@ -19,8 +19,9 @@ from headway.studies.retrieval.phase import cheapest_compositional
 from headway.studies.retrieval.rules import FORMULATION, RetrievalRules
 from headway.studies.retrieval.tables import FACETS, RetrievalTables, summary_json, tables_at
 from headway.studies.retrieval.verdicts import CLAIMS, query_reach
-from headway.studies.sensitivity import flips, sweep_texts, threshold_sensitivity
-from headway.studies.verdict import Verdict, methods_section, verdict_callouts
+from headway.studies.sensitivity import displayed, flips, sweep_texts, threshold_sensitivity
+from headway.studies.verdict import (Verdict, decision_rule, methods_section, not_run, verdict_callouts,
+                                     verdict_frame)
 from headway.analysis.retrieval.mechanism import composing_heads
 from headway.analysis.retrieval.probes import SAMPLES_PER_CLASS, SAMPLES_PER_FEATURE
 
@@ -39,14 +40,14 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
     rules = data.rules
     sensitivity = threshold_sensitivity(CLAIMS, tables, rules, lambda changed: tables_at(data, tables, changed))
-    verdict_callouts(report, verdicts, "Each claim of the paper, tested as fixed in advance (Methods): reproduced "
-                     f"when its test rejects its null at the family-wise level α = {rules.alpha:g} (Holm's correction "
-                     "over the testable claims), not reproduced when it does not and the design had power ≥ "
-                     f"{rules.power:g} to detect the stated effect, not testable otherwise. A claim that does not hold "
-                     "at this scale is shown as such; it is a result, not an error.", sweep_texts(sensitivity, verdicts))
-    report.table(pd.DataFrame([v.to_dict() for v in verdicts]).drop(columns=["evidence"], errors="ignore"),
-                 "Each claim's one-sided p-value, the family-wise level it was judged at and the power its design "
-                 "had to detect the stated effect (at the strictest Holm level).", float_format="{:.3g}")
+    shown, left_out = displayed(sensitivity, CLAIMS)
+    unrun = not_run(CLAIMS, verdicts, rules)
+    verdict_callouts(report, verdicts, "Each claim of the paper and its test (Methods). " + decision_rule(rules)
+                     + " A claim that does not hold at this scale is shown as such; it is a result, not an error.",
+                     sweep_texts(shown, verdicts), unrun)
+    report.table(verdict_frame(verdicts), "Each claim's one-sided p-value, the family-wise level it was judged at "
+                 "and, for a null result only, the power its design had to detect the stated effect (at the "
+                 "strictest Holm level).", float_format="{:.3g}")
     _overview(report, data, tables.final)
     _depth_section(report, tables.depth, tables.minimal, figures, rules)
     _phase_section(report, data, tables, out / RUNS, figures)
@@ -55,10 +56,10 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _emergence_section(report, tables, figures, rules)
     _probe_section(report, tables, figures, rules)
     _conditional_section(report, tables.minimal)
-    _sensitivity_section(report, sensitivity)
+    _sensitivity_section(report, shown, left_out)
     _methods_section(report, rules)
     report.section("All runs").table(tables.results, "Per run: final accuracy, circuit, probe reach, emergence order.")
-    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts, sensitivity),
+    layout.write_json(out / "summary.json", summary_json(data, tables, verdicts, sensitivity, unrun),
                       checked=False)  # an output, never read back
     return report.write(out / "report.html")
 
@@ -299,21 +300,24 @@ def _conditional_section(report: Report, minimal: pd.DataFrame) -> None:
     report.table(conditional, "Conditional task: measured minimum depth per D beside the bound.")
 
 
-def _sensitivity_section(report: Report, sensitivity: pd.DataFrame) -> None:
+def _sensitivity_section(report: Report, sensitivity: pd.DataFrame, left_out: list[str]) -> None:
+    """The sweep as `displayed` leaves it, and why a claim is left out of a rule's sweep."""
     if sensitivity.empty:
         return
     report.section("Threshold sensitivity")
     report.paragraph(
         "Every claim judged again (with the study-wide correction) at each value of each rule's sweep, the other "
-        "rules at the study's values (marked default); claims are named by their id. The rules were fixed before "
-        "the study from chance levels and the task's structure (Methods), not tuned on its models. The "
-        "circuit-naming rules rename the circuit, whose random-set null is measured at the study's values only, so "
-        "the circuit claim is not testable away from them. The table shows each claim over the rules it rests on "
-        "(its test, evidence or p changes in their sweep); summary.json holds every claim at every value.")
+        "rules at the study's values (marked default); claims are named by their id. The rules' values come from "
+        "chance levels and the task's structure (Methods); the sweep shows how much each verdict depends on them. "
+        "Power is shown for null results only. The circuit-naming rules rename the circuit, whose random-set null needs the models' "
+        "forwards and was measured at the study's values only: away from them the circuit claim could only be "
+        "not testable for want of a null, so its sweep over those rules is not shown. The table shows each claim "
+        "over the rules it rests on (its test, evidence or p changes in their sweep); summary.json holds every "
+        "claim at every value.")
     changes = flips(sensitivity)
-    report.bullets(changes if changes else ["No verdict changes anywhere in its sweep."])
-    report.table(sensitivity[sensitivity.rests].drop(columns="rests"), "Verdict status, p-value and power per rule "
-                 "value, and why a claim is not testable there.", float_format="{:.3g}")
+    report.bullets([*(changes or ["No verdict changes anywhere in its sweep."]), *left_out])
+    report.table(sensitivity[sensitivity.rests].drop(columns="rests"), "Verdict status, p-value and power (null "
+                 "results only) per rule value, and why a claim is not testable there.", float_format="{:.3g}")
 
 
 def _methods_section(report: Report, rules: RetrievalRules) -> None:

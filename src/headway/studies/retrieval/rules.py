@@ -16,8 +16,8 @@ FORMULATION = ("supervision", "attention", "order", "layout")  # what one panel 
 
 @dataclass(frozen=True)
 class RetrievalRules(Rules):
-    """The stacked-heads study's rules (see `headway.studies.rules`); the defaults were fixed before any
-    model was analysed."""
+    """The stacked-heads study's rules (see `headway.studies.rules`); their defaults are set before the tables are
+    judged (docs/verdicts.md, "What was fixed before which data")."""
 
     # --- read while analysing a model (part of the analysis cache's stamp) ---
     role_score: float = rule(0.4, "attention score a head needs for a role: 4× or more the share uniform "

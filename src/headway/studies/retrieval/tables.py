@@ -265,17 +265,18 @@ def results_table(mechanism: pd.DataFrame, reach: pd.DataFrame, curves: pd.DataF
     return table
 
 
-def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict],
-                 sensitivity: pd.DataFrame) -> dict[str, Any]:
+def summary_json(data: StudyData, tables: RetrievalTables, verdicts: list[Verdict], sensitivity: pd.DataFrame,
+                 unrun: list[dict[str, str]]) -> dict[str, Any]:
     """The machine-readable summary: settings, hardware, timings, the rules, the verdicts (each with its p-value,
-    level and power), the tables that back them and the threshold sensitivity (`headway.studies.sensitivity`)."""
+    level, power and reason), the claims not run (`unrun`: `verdict.not_run`), the tables that back them and the
+    threshold sensitivity (`headway.studies.sensitivity`)."""
     def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
         return [{k: _json_value(v) for k, v in row.items()} for row in frame.to_dict("records")]
 
     return {
         "scale": data.plan.scale, "runs": len(tables.final), "hardware": data.hardware,
         "seconds": {k: round(v, 1) for k, v in data.seconds.items()}, "rules": data.rules.to_dict(),
-        "verdicts": [v.to_dict() for v in verdicts], "minimum_depth": records(tables.minimal),
+        "verdicts": [v.to_dict() for v in verdicts], "not_run": unrun, "minimum_depth": records(tables.minimal),
         "mechanism": records(tables.mechanism.drop(columns=["run_id"])),
         "path_patching": records(tables.paths.drop(columns=["run_id"], errors="ignore")),
         "threshold_sensitivity": records(sensitivity),

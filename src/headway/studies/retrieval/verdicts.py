@@ -1,6 +1,6 @@
-"""The verdict on each claim of the stacked-heads paper: one test per claim fixed before the data (a
-`Finding`: its null or control, test and stated effect), computed from the study's tables and rules
-alone and judged together by `headway.studies.verdict.judge` (Holm over the study's testable claims;
+"""The verdict on each claim of the stacked-heads paper: one test per claim, set before the tables are judged
+(a `Finding`: its null or control, test and stated effect), computed from the study's tables and rules
+alone and judged together by `headway.studies.verdict.judge` (Holm over the study's tested claims;
 no refutation without power). Each claim declares the columns it reads (`checked_claim`), so a missing value
 in one of them makes it not testable, and is registered once, with its id, in `CLAIMS`.
 docs/study-retrieval.md, "Verdicts", gives each design and its reasons."""
@@ -476,9 +476,14 @@ def conditional_learned(final: pd.DataFrame, rules: RetrievalRules, *, claim: Cl
 
 # The study's claims, in report order: depth law, curriculum, circuit, emergence order of heads and of hops,
 # stacked heads reading each other, probe reach, composition, conditional retrieval.
-CLAIMS = registry(StudyClaim("depth-law", depth_law), StudyClaim("curriculum", curriculum_contrast),
-                  StudyClaim("circuit", circuit_carries_answer), StudyClaim("heads-order", heads_emerge_in_order),
+# The circuit's random-set null is measured while analysing, at the study's circuit-naming rules only.
+CLAIMS = registry(StudyClaim("depth-law", depth_law),
+                  StudyClaim("curriculum", curriculum_contrast,
+                             needs="the grid trained no answer-only runs (curriculum none) of the plain task with "
+                                   "query supervision and D ≥ 2"),
+                  StudyClaim("circuit", circuit_carries_answer, null_at_study_values=("role_score", "circuit_drop")),
+                  StudyClaim("heads-order", heads_emerge_in_order),
                   StudyClaim("hops-order", hops_learned_in_order), StudyClaim("stacked-heads", stacked_heads_compose),
                   StudyClaim("reach", reach_beyond_one_hop_per_layer),
                   StudyClaim("composition", layers_solve_more_hops),
-                  StudyClaim("conditional", conditional_learned))
+                  StudyClaim("conditional", conditional_learned, needs="the grid trained no conditional-task runs"))

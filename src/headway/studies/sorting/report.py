@@ -27,7 +27,7 @@ from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, run_title, summary_json, tables_at
 from headway.studies.sorting.verdicts import CLAIMS, share_text, training_text
 from headway.studies.sensitivity import status_table, sweep_texts, threshold_sensitivity
-from headway.studies.verdict import Verdict, methods_section, verdict_callouts
+from headway.studies.verdict import Verdict, decision_rule, methods_section, verdict_callouts
 from headway.analysis.sorting.modes import copy_sets
 
 
@@ -45,12 +45,9 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
 
     report = Report("Structure development in list-sorting transformers",
                     f"headway study sorting · scale `{plan.scale}` · {len(final)} trained transformers")
-    verdict_callouts(report, verdicts, "Each claim of the source checked by this study: the test fixed in advance "
-                     "(its null, the test and the effect it must detect), then the numbers, p and power. Reproduced: "
-                     f"the test rejects its null at family-wise α = {rules.alpha:g} (Holm's correction over the "
-                     f"testable claims); not reproduced: it does not, with power ≥ {rules.power:g} for the stated "
-                     "effect; not testable: too little power, a missing control or too few learned runs. A claim "
-                     "that does not hold at this scale is shown as such; it is a result, not an error.",
+    verdict_callouts(report, verdicts, "Each claim of the source checked by this study: its test (its null and "
+                     "the effect it must detect), then the numbers, p and power. " + decision_rule(rules)
+                     + " A claim that does not hold at this scale is shown as such; it is a result, not an error.",
                      sweep_texts(sensitivity, verdicts))
     _overview(report, data, final)
     _training_section(report, data.metrics, final, rules, figures)

@@ -40,7 +40,7 @@ from headway.analysis.sorting.modes import ModeThresholds
 
 @dataclass(frozen=True)
 class SortingRules(LLCRules):
-    """The rules of `headway study sorting`, fixed before the data (the LLC validity limits: `LLCRules`)."""
+    """The rules of `headway study sorting`, set before the tables are judged (the LLC validity limits: `LLCRules`)."""
 
     # --- the mode rule (headway.analysis.sorting.modes), applied to each model's final circuits
     copy: float = rule(3.5, "diagonal score above which a head copies a number (below its negative: suppresses it); "

@@ -1,6 +1,6 @@
 """The verdict on each claim of the list-sorting paper, computed from the study's tables and its rules alone.
 
-Each claim is a test fixed in advance (a `Finding`: its null, test, p-value and the power to detect its
+Each claim is a test set before the tables are judged (a `Finding`: its null, test, p-value and the power to detect its
 stated effect, every number a field of `SortingRules`), and `judge` decides them together, Holm-corrected
 (`headway.studies.verdict`). Each declares the columns it reads (`checked_claim`), so a missing value in
 any of them makes it not testable, and is registered once, with its id, in `CLAIMS`. docs/study-sorting.md,
