@@ -35,7 +35,7 @@ from headway.analysis.llc import SGLDSettings, estimate_llc
 from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.sorting.task import SortingConfig, generate
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 
 MODEL = ModelConfig(layers=1, heads=2, d_model=96, d_head=48, d_mlp=0, layernorm=True)
 TASK = SortingConfig()

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from headway.compute import ComputeSettings
 from headway.runs.config import RunConfig
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
 
 SHAPES = {

@@ -18,7 +18,7 @@ from headway.errors import ConfigError, TimeLimitReached
 from headway.runs import layout
 from headway.runs.store import load_weights
 from headway.train.data import EnsembleData
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
 
 CPU = torch.device("cpu")

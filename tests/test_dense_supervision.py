@@ -10,7 +10,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.solver import solve
-from headway.train.objective import readout_loss, run_loss
+from headway.tasks.objective import readout_loss, run_loss
 from headway.train.trainer import EnsembleTrainer
 
 

@@ -19,7 +19,7 @@ from headway.studies.retrieval.plan import study_plan
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.analysis.retrieval.reach import masked_fraction
 from headway.tasks.retrieval.reachable_targets import unreachable_targets
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 from headway.train.trainer import EnsembleTrainer
 
 

@@ -20,12 +20,13 @@ import torch
 from torch import Tensor
 
 from headway.errors import ConfigError
+from headway.model.names import find_hook_name
 from headway.model.positions import PosSlice, position_axis, select_positions, shown
+from headway.model.transformer import LN_EPS
 
 if TYPE_CHECKING:
     from headway.model.single import SingleModel
 
-LN_EPS = 1e-5  # headway's LayerNorm epsilon (torch's default)
 
 
 class ActivationCache(Mapping[str, Tensor]):
@@ -44,7 +45,8 @@ class ActivationCache(Mapping[str, Tensor]):
         """The full hook name of `key` (a name or a TransformerLens short form), which this cache must hold."""
         if isinstance(key, str) and key in self._activations:
             return key
-        name = self.model.act_name(*key) if isinstance(key, tuple) else self.model.act_name(key)
+        names = [*self.model.hook_names(), *(n for n in self._activations if n not in self.model.hook_names())]
+        name = find_hook_name(names, self.model.cfg.n_layers, *(key if isinstance(key, tuple) else (key,)))
         if name not in self._activations:
             short = "" if name in self.model.hook_names() else " (no such hook point)"
             raise KeyError(f"{name!r} is not in this cache{short}; it holds {len(self)} activations: run "
@@ -75,7 +77,7 @@ class ActivationCache(Mapping[str, Tensor]):
         """The activations of a batch of one without the batch axis (as TransformerLens' remove_batch_dim)."""
         if not self.has_batch_dim:
             return self
-        sizes = {v.shape[0] for name, v in self.items() if name != "hook_pos_embed"}
+        sizes = {v.shape[0] for v in self.values()}
         if sizes - {1}:
             raise ValueError(f"remove_batch_dim needs a batch of one; this cache holds batches of {sorted(sizes)}")
         return ActivationCache({k: v[0] for k, v in self.items()}, self.model, has_batch_dim=False)
@@ -92,12 +94,8 @@ class ActivationCache(Mapping[str, Tensor]):
         return layer
 
     def _stream(self, name: str, layer: int, pos_slice: PosSlice) -> Tensor:
-        """A residual-stream activation (a model-level one for layer -1) at `pos_slice`, the position embedding
-        broadcast over the batch."""
-        value = self.sliced((name, layer) if layer >= 0 else name, pos_slice)
-        if name == "pos_embed" and self.has_batch_dim:
-            value = value.expand_as(self.sliced("embed", pos_slice))
-        return value
+        """A residual-stream activation (a model-level one for layer -1) at `pos_slice`."""
+        return self.sliced((name, layer) if layer >= 0 else name, pos_slice)
 
     def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
                           pos_slice: PosSlice = None, mlp_input: bool = False,
@@ -120,8 +118,7 @@ class ActivationCache(Mapping[str, Tensor]):
                 labels.append(f"{index}_mid")
         stack = torch.stack(parts)
         if apply_ln:
-            stack = (self.model.apply_final_ln(stack) if layer == n
-                     else self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice))
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice, recompute_ln=layer == n)
         return (stack, labels) if return_labels else stack
 
     def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
@@ -166,8 +163,47 @@ class ActivationCache(Mapping[str, Tensor]):
             z = self.sliced(("z", index), pos_slice)  # [batch, pos, head, d_head] less what pos_slice drops
             parts.append(torch.einsum("...hd,hdm->h...m", z, w_o[index]))
             labels += [f"L{index}H{head}" for head in range(self.model.cfg.n_heads)]
+        return self._stacked("stack_head_results", "head", parts, labels, layer, incl_remainder, apply_ln, pos_slice,
+                             return_labels)
+
+    def compute_head_results(self) -> None:
+        """Add each head's output, z @ W_O per head ([batch, pos, head, d_model]), under
+        "blocks.L.attn.hook_result" for every layer whose z this cache holds (what `set_use_attn_result`
+        would have cached); results already held are kept."""
+        w_o = self.model.W_O
+        for layer in range(self.model.cfg.n_layers):
+            z_name, name = f"blocks.{layer}.attn.hook_z", f"blocks.{layer}.attn.hook_result"
+            if z_name in self._activations and name not in self._activations:
+                self._activations[name] = torch.einsum("...hd,hdm->...hm", self._activations[z_name], w_o[layer])
+
+    def stack_neuron_results(self, layer: int, pos_slice: PosSlice = None, neuron_slice: PosSlice = None,
+                             return_labels: bool = False, incl_remainder: bool = False,
+                             apply_ln: bool = False) -> Tensor | tuple[Tensor, list[str]]:
+        """What every MLP neuron of the layers before `layer` wrote (post[n] · W_out[n], without b_out),
+        [layers·neurons, batch, pos, d_model] labelled "L{l}N{n}"; `neuron_slice` picks neurons as a
+        `pos_slice` picks positions; `incl_remainder` adds the rest of the stream at `layer`."""
+        if self.model.cfg.attn_only:
+            raise ConfigError("stack_neuron_results: this model is attention-only (no MLP neurons)")
+        layer = self._layer(layer)
+        w_out = self.model.W_out
+        neurons = torch.arange(self.model.cfg.d_mlp)
+        if neuron_slice is not None:
+            neurons = select_positions(neurons, 0, neuron_slice).reshape(-1)
+        parts, labels = [], []
+        for index in range(layer):
+            post = self.sliced(("post", index), pos_slice)[..., neurons.to(w_out.device)]
+            parts.append(torch.einsum("...n,nm->n...m", post, w_out[index][neurons.to(w_out.device)]))
+            labels += [f"L{index}N{int(n)}" for n in neurons]
+        return self._stacked("stack_neuron_results", "neuron", parts, labels, layer, incl_remainder, apply_ln,
+                             pos_slice, return_labels)
+
+    def _stacked(self, method: str, writer: str, parts: list[Tensor], labels: list[str], layer: int,
+                 incl_remainder: bool, apply_ln: bool, pos_slice: PosSlice,
+                 return_labels: bool) -> Tensor | tuple[Tensor, list[str]]:
+        """The components `parts` of the stream into `layer` as one stack, with the rest of the stream as
+        "remainder" (`incl_remainder`) and that layer's LayerNorm scale applied (`apply_ln`)."""
         if not parts:
-            raise ValueError("stack_head_results needs layer >= 1: no head writes before layer 0")
+            raise ValueError(f"{method} needs layer >= 1: no {writer} writes before layer 0")
         stack = torch.cat(parts)
         if incl_remainder:
             total = self.accumulated_resid(layer, pos_slice=pos_slice)[-1]
@@ -175,6 +211,38 @@ class ActivationCache(Mapping[str, Tensor]):
             labels.append("remainder")
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def get_full_resid_decomposition(self, layer: int | None = None, mlp_input: bool = False,
+                                     expand_neurons: bool = True, apply_ln: bool = False, pos_slice: PosSlice = None,
+                                     return_labels: bool = False) -> Tensor | tuple[Tensor, list[str]]:
+        """The stream into `layer` as every head's output, every neuron's (or, without `expand_neurons`, every
+        MLP's), "embed", "pos_embed" and "bias" (the biases those leave out), in TransformerLens' order; the
+        components sum to the stream there."""
+        layer = self._layer(layer)
+        parts: list[Tensor] = []
+        labels: list[str] = []
+        if layer + mlp_input > 0:
+            heads, names = self.stack_head_results(layer + mlp_input, return_labels=True, pos_slice=pos_slice)
+            parts.append(heads)
+            labels += names
+        if not self.model.cfg.attn_only and layer > 0:
+            if expand_neurons:
+                mlps, names = self.stack_neuron_results(layer, pos_slice=pos_slice, return_labels=True)
+            else:
+                mlps, names = self.decompose_resid(layer, pos_slice=pos_slice, mode="mlp", incl_embeds=False,
+                                                   return_labels=True)
+            parts.append(mlps)
+            labels += names
+        embeds = self.decompose_resid(0, pos_slice=pos_slice)
+        parts.append(embeds)
+        labels += ["embed", "pos_embed"]
+        bias = self.model.accumulated_bias(layer, mlp_input, include_mlp_biases=expand_neurons)
+        parts.append(bias.expand(1, *embeds.shape[1:]))
+        labels.append("bias")
+        stack = torch.cat(parts)
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
         return (stack, labels) if return_labels else stack
 
     def stack_activation(self, name: str, layer: int | None = None, sublayer_type: str | None = None,
@@ -185,15 +253,25 @@ class ActivationCache(Mapping[str, Tensor]):
                             for index in range(self._layer(layer))])
 
     def apply_ln_to_stack(self, residual_stack: Tensor, layer: int | None = None, mlp_input: bool = False,
-                          pos_slice: PosSlice = None) -> Tensor:
+                          pos_slice: PosSlice = None, batch_slice: PosSlice = None, has_batch_dim: bool = True,
+                          recompute_ln: bool = False) -> Tensor:
         """Components of the input to `layer`'s ln1 (ln2 with `mlp_input`; ln_final at n_layers) centred and
-        divided by that LayerNorm's scale on the whole stream, as the layer sees them; unchanged without
-        LayerNorm. `pos_slice` must be the one the stack was built with."""
+        divided by that LayerNorm's scale on the whole stream, as the layer sees them, without its gain and
+        bias (TransformerLens' meaning, exact for a folded model); unchanged without LayerNorm. With
+        `recompute_ln` at n_layers, the whole `ln_final` (each component's own statistics, gain and bias: the
+        logit lens). `pos_slice` must be the one the stack was built with; `batch_slice` picks examples of a
+        stack with a batch axis (`has_batch_dim`) and of the stream alike."""
+        layer, n = self._layer(layer), self.model.cfg.n_layers
+        if batch_slice is not None and has_batch_dim:
+            residual_stack = select_positions(residual_stack, 1, batch_slice)
         if self.model.cfg.normalization_type is None:
             return residual_stack
-        layer, n = self._layer(layer), self.model.cfg.n_layers
+        if recompute_ln and layer == n:
+            return self.model.apply_final_ln(residual_stack)
         stream = (self._stream("resid_post", n - 1, pos_slice) if layer == n
                   else self._stream("resid_mid" if mlp_input else "resid_pre", layer, pos_slice))
+        if batch_slice is not None and self.has_batch_dim:
+            stream = select_positions(stream, 0, batch_slice)
         if residual_stack.dim() < 2 or residual_stack.shape[1:] != stream.shape:
             raise ConfigError(f"a residual stack of shape {tuple(residual_stack.shape)} does not fit the stream at "
                               f"pos_slice = {shown(pos_slice)}, {tuple(stream.shape)}: a stack is [components, "

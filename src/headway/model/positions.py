@@ -26,7 +26,7 @@ PosSlice = int | slice | tuple[int | None, ...] | Sequence[int] | np.ndarray | T
 POSITION_AXIS = {
     **dict.fromkeys(("hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post",
                      "hook_attn_out", "hook_mlp_out", "hook_normalized", "hook_q", "hook_k", "hook_v", "hook_z",
-                     "hook_post"), 1),
+                     "hook_post", "hook_result", "hook_scale"), 1),
     "hook_attn_scores": 2,  # [batch, head, query_pos, key_pos]
     "hook_pattern": 2,
 }

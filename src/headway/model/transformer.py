@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from headway.model.single import SingleModel
 
 INIT_STD = 0.02
+LN_EPS = 1e-5  # LayerNorm's epsilon (torch's default, TransformerLens' eps)
 
 
 def _param(n: int, *shape: int) -> nn.Parameter:
@@ -45,12 +46,18 @@ class LayerNorm(HookedModule):
             self.b = _param(n, d_model)
 
     def hook_points(self) -> tuple[str, ...]:
-        return ("hook_normalized",) if self.enabled else ()
+        return ("hook_scale", "hook_normalized") if self.enabled else ()
 
     def forward(self, x: Tensor, run: HookDispatch) -> Tensor:
         if not self.enabled:
             return x
-        x = F.layer_norm(x, x.shape[-1:])
+        if run.wants((self.hook["hook_scale"],)):
+            # step by step, so a hook can read or replace the scale [..., 1] each position is divided by
+            centred = x - x.mean(-1, keepdim=True)
+            scale = run(self.hook["hook_scale"], (centred.pow(2).mean(-1, keepdim=True) + LN_EPS).sqrt())
+            x = centred / scale
+        else:
+            x = F.layer_norm(x, x.shape[-1:], eps=LN_EPS)
         x = run(self.hook["hook_normalized"], x)
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
         return torch.addcmul(self.b.view(shape), x, self.w.view(shape))
@@ -106,9 +113,10 @@ class Attention(HookedModule):
         bias = torch.zeros(n_ctx, n_ctx).masked_fill(~mask, float("-inf")) if self.causal else None
         self.register_buffer("mask_bias", bias, persistent=False)
         self.kernel = "auto"  # how attention is computed when nothing inside it is hooked (ATTENTION_CHOICES)
+        self.use_result = False  # whether it emits hook_result, each head's output (TransformerLens' use_attn_result)
 
     def hook_points(self) -> tuple[str, ...]:
-        return (*self.INSIDE, "hook_z")
+        return (*self.INSIDE, "hook_z", *(("hook_result",) if self.use_result else ()))
 
     def forward(self, x: Tensor, run: HookDispatch, last_query_only: bool = False) -> Tensor:
         """Attention output [E, B, S, d_model], or [E, B, 1, d_model] for the last query only."""
@@ -132,6 +140,10 @@ class Attention(HookedModule):
                 z = self._matmul_attention(q, k, v, causal)
             z = z.view(e, b, h, q.shape[2], dh).transpose(2, 3)  # [E, B, S or 1, H, dh]
         z = run(self.hook["hook_z"], z)
+        if self.use_result and run.wants((self.hook["hook_result"],)):
+            # each head's output [E, B, S, H, d_model], for a hook to read or replace; their sum is the output
+            result = run(self.hook["hook_result"], torch.einsum("ebshd,ehdm->ebshm", z, self.W_O))
+            return result.sum(3) + self.b_O[:, None, None]
         positions = z.shape[2]
         out = torch.baddbmm(
             self.b_O.unsqueeze(1), z.reshape(e, b * positions, h * dh), self.W_O.reshape(e, h * dh, d)
@@ -342,6 +354,16 @@ class EnsembleTransformer(HookedModule):
         check_choice("attention kernel", kernel, ATTENTION_CHOICES)
         for block in self.blocks:
             block.attn.kernel = kernel
+
+    def use_attention_results(self, enabled: bool) -> None:
+        """Whether every attention layer emits `hook_result` (each head's output before the sum,
+        [E, B, pos, head, d_model]; TransformerLens' `use_attn_result`): off by default, since it costs a
+        d_model-wide tensor per head whenever it is hooked or cached."""
+        for block in self.blocks:
+            block.attn.use_result = bool(enabled)
+        self._hook_names = name_hook_points(self)
+        self._hook_set = frozenset(self._hook_names)
+        self._tail_points, self._all_position_points = self._final_block_points()
 
     def run_with_cache(self, tokens: Tensor, names: NamesFilter = None,
                        readout: str | int = "last") -> tuple[Tensor, dict[str, Tensor]]:

@@ -27,7 +27,7 @@ from headway.recipe import EVAL_CHUNK
 from headway.runs.config import RunConfig
 from headway.runs.cost import MARGIN, PROCESS_BYTES, training_memory, training_memory_terms
 from headway.settings import check_int
-from headway.train.objective import evaluate
+from headway.tasks.objective import evaluate
 from headway.train.trainer import EnsembleTrainer
 
 PROBE_SIZES = (1, 2)  # ensemble sizes whose peaks are measured

@@ -26,7 +26,7 @@ from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.execution.allocator import keep_freed_memory
 from headway.execution.devices import device_name
-from headway.train.objective import evaluate, run_loss
+from headway.tasks.objective import evaluate, run_loss
 from headway.train.optim import EnsembleAdam
 from headway.train.schedule import lr_multiplier
 

@@ -18,7 +18,7 @@ from headway.errors import ConfigError
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model, load_runs
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 
 STEP_NAMES = ("first", "middle", "last")  # checkpoints named by their place among the saved ones
 

@@ -21,7 +21,7 @@ from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.store import load_model
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 
 CHOICE = "settings_choice.json"  # the choice, its reason, its tries and what it was made from
 

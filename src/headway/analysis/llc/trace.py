@@ -22,7 +22,7 @@ from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.schema import TableSchema
 from headway.runs.store import load_model
-from headway.train.objective import readout_loss, run_loss
+from headway.tasks.objective import readout_loss, run_loss
 
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
 

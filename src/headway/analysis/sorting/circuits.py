@@ -34,10 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from headway.errors import ConfigError
-from headway.model.transformer import EnsembleTransformer
+from headway.model.transformer import LN_EPS, EnsembleTransformer
 from headway.tasks.sorting.task import SortingConfig
-
-LN_EPS = 1e-5  # F.layer_norm's default, used by the model
 
 
 def check_model(model: EnsembleTransformer, cfg: SortingConfig) -> None:

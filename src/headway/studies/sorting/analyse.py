@@ -27,7 +27,7 @@ from headway.model.transformer import EnsembleTransformer
 from headway.studies.sorting.rules import SortingRules
 from headway.analysis.sorting.modes import ModeThresholds, classify_modes, diagonal_scores, threshold_sweep
 from headway.tasks.sorting.task import SortingConfig, generate
-from headway.train.objective import run_loss
+from headway.tasks.objective import run_loss
 
 CIRCUITS = "circuits.safetensors"
 ANALYSIS_SEED = 20_250_130  # the lists analysed; fixed so every model is judged on the same examples
