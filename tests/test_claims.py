@@ -185,8 +185,8 @@ def test_a_claim_whose_null_was_measured_at_the_study_values_only_is_not_shown_o
 
 
 def test_the_retrieval_sensitivity_agrees_with_the_one_its_committed_folder_holds(sensitivities):
-    """The sweep a committed summary holds (keyed by the claim's text in older folders, by id since) gives the same statuses as the one the
-    report builds from the registry, keyed by id."""
+    """The sweep a committed summary holds (keyed by the claim's text in older folders, by id since) gives the
+    same statuses as the one the report builds from the registry, keyed by id."""
     data, summary, _ = committed(SMALL["retrieval"])
     ids = {claim.statement(data.rules): claim.id for claim in RETRIEVAL}
     before = pd.DataFrame(summary["threshold_sensitivity"])

@@ -227,8 +227,8 @@ def test_layernorm_scale_is_a_hook_point_as_in_transformer_lens():
     assert scale.shape == (4, N_CTX, 1)
     torch.testing.assert_close(scale, (stream.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt())
     torch.testing.assert_close(cache["normalized", 1, "ln1"], (stream - stream.mean(-1, keepdim=True)) / scale)
-    torch.testing.assert_close(model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.ln1.hook_scale", lambda s, hook: None)]),
-                               plain, atol=1e-6, rtol=1e-5)
+    kept = model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.ln1.hook_scale", lambda s, hook: None)])
+    torch.testing.assert_close(kept, plain, atol=1e-6, rtol=1e-5)
     doubled = model.run_with_hooks(tokens, fwd_hooks=[("ln_final.hook_scale", lambda s, hook: s * 2)])
     torch.testing.assert_close(doubled, model.unembed(cache["normalized"] / 2 * model.ln_final.w + model.ln_final.b),
                                atol=1e-6, rtol=1e-5)

@@ -359,7 +359,8 @@ class SingleModel(nn.Module):
                        else outputs[:, :, -readout:], tokens, targets)[0]
         if return_type == "loss":
             return loss
-        chosen = outputs[0] if readout == "all" else outputs[0, :, -1] if readout == "last" else outputs[0, :, -readout:]
+        chosen = (outputs[0] if readout == "all" else outputs[0, :, -1] if readout == "last"
+                  else outputs[0, :, -readout:])
         return chosen, loss
 
     def _loss(self, targets: Any, batch: int) -> tuple[Callable[..., Tensor], Tensor]:
