@@ -277,6 +277,27 @@ def test_the_attention_kernel_is_chosen_by_device_length_and_gradients_and_unkno
         model.use_attention_kernel("flash")
 
 
+def test_a_compiled_cpu_training_pass_takes_the_matmul_kernel_at_short_sequences_too():
+    import torch._dynamo
+    from headway.compute import MATMUL_ATTENTION_CTX
+    from headway.model.config import ModelConfig
+    from headway.model.transformer import EnsembleTransformer
+
+    # Inductor fuses the written-out softmax and mask, not the fused kernel (docs/performance.md)
+    assert ComputeSettings(compile="on").resolved_attention_kernel(CPU, 9) == "matmul"
+    assert ComputeSettings(compile="on").resolved_attention_kernel(CPU, MATMUL_ATTENTION_CTX[1] + 1) == "sdpa"
+    assert ComputeSettings(compile="on").resolved_attention_kernel(torch.device("cuda"), 9) == "sdpa"
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=8), 5, 9, 5, [0, 1])
+    tokens = torch.zeros(2, 3, 9, dtype=torch.long)
+    explained = torch._dynamo.explain(model)(tokens)
+    code = "".join(graph.code for graph in explained.graphs)
+    assert explained.graph_break_count == 0 and "scaled_dot_product_attention" not in code and "softmax" in code
+    with torch.no_grad():  # without gradients the fused kernel stays, compiled or not
+        code = "".join(graph.code for graph in torch._dynamo.explain(model)(tokens).graphs)
+    assert "scaled_dot_product_attention" in code
+    torch._dynamo.reset()
+
+
 def test_training_with_either_kernel_gives_the_same_numbers_and_the_summary_names_it(tmp_path):
     runs = [tiny_run(seed=s, steps=30, eval_every=10) for s in (0, 1)]
     curves = {}

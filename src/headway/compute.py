@@ -13,8 +13,9 @@ where it cost 20–30 s and bought ≤ 6% (docs/performance.md).
 
 Attention kernel (`--attention-kernel`): `sdpa` computes unhooked attention with torch's fused
 `scaled_dot_product_attention`, `matmul` as two batched matrix products and a softmax; both give the
-same numbers to float rounding. `auto` picks per forward pass by device, sequence length and whether
-gradients are taken (`auto_attention_kernel`), from the measurements in docs/performance.md.
+same numbers to float rounding. `auto` picks per forward pass by device, sequence length, whether
+gradients are taken and whether the pass is compiled (`auto_attention_kernel`), from the measurements in
+docs/performance.md.
 """
 
 from __future__ import annotations
@@ -54,10 +55,11 @@ class ComputeSettings:
 
     def resolved_attention_kernel(self, device: torch.device, n_ctx: int) -> str:
         """The kernel of the training steps of a model with `n_ctx` positions on `device`: the one asked
-        for, or for `auto` the one measured faster there with gradients (`auto_attention_kernel`)."""
+        for, or for `auto` the one measured faster there with gradients, compiled as these settings compile
+        (`auto_attention_kernel`)."""
         if self.attention_kernel != "auto":
             return self.attention_kernel
-        return auto_attention_kernel(device, n_ctx, with_grad=True)
+        return auto_attention_kernel(device, n_ctx, with_grad=True, compiled=self.compile_mode(device) is not None)
 
     def resolved_precision(self, device: torch.device) -> str:
         """fp32, tf32 or bf16 on `device`; tf32 is refused off CUDA, and bf16 on a CPU that only
@@ -87,12 +89,14 @@ class ComputeSettings:
         return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}
 
 
-def auto_attention_kernel(device: torch.device, n_ctx: int, with_grad: bool) -> str:
+def auto_attention_kernel(device: torch.device, n_ctx: int, with_grad: bool, compiled: bool = False) -> str:
     """The faster kernel where it was measured (docs/performance.md, "Attention kernel"): the matmul kernel
     for a pass that takes gradients on the CPU with MATMUL_ATTENTION_CTX positions (17–33 measured 1.00–1.06×
-    the fused kernel's speed); sdpa for passes without gradients, shorter and longer sequences and CUDA."""
+    the fused kernel's speed), or with fewer positions when the pass is `compiled` (Inductor fuses the
+    softmax and mask into the code around the products, where the fused kernel stays an opaque call: 9
+    positions measured 1.18–1.31× faster); sdpa for passes without gradients, longer sequences and CUDA."""
     low, high = MATMUL_ATTENTION_CTX
-    if with_grad and device.type == "cpu" and low <= n_ctx <= high:
+    if with_grad and device.type == "cpu" and (compiled or low <= n_ctx) and n_ctx <= high:
         return "matmul"
     return "sdpa"
 

@@ -133,7 +133,7 @@ class Attention(HookedModule):
             causal = self.causal and not last_query_only
             kernel = self.kernel
             if kernel == "auto":
-                kernel = auto_attention_kernel(x.device, s, torch.is_grad_enabled())
+                kernel = auto_attention_kernel(x.device, s, torch.is_grad_enabled(), torch.compiler.is_compiling())
             if kernel == "sdpa":
                 z = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             else:
@@ -346,7 +346,8 @@ class EnsembleTransformer(HookedModule):
     def attention_kernel(self) -> str:
         """How unhooked attention is computed: 'sdpa' (torch's fused kernel), 'matmul' (two batched matrix
         products and a softmax; the same numbers to float rounding) or, for a new model, 'auto' (per pass,
-        `headway.compute.auto_attention_kernel`: by device, sequence length and whether gradients are taken)."""
+        `headway.compute.auto_attention_kernel`: by device, sequence length, whether gradients are taken and
+        whether the pass is compiled)."""
         return self.blocks[0].attn.kernel if len(self.blocks) else "auto"
 
     def use_attention_kernel(self, kernel: str) -> None:
