@@ -38,7 +38,6 @@ from headway.model.hooks import HookDispatch, HookedModule, NamesFilter, filter_
 from headway.model.names import find_hook_name
 from headway.model.transformer import EnsembleTransformer, LayerNorm
 from headway.settings import check_choice, is_integer
-from headway.tasks.objective import run_loss
 
 # A TransformerLens-style hook function: fn(activation, hook) -> a replacement, or None to keep it.
 HookFn = Callable[..., Tensor | None]
@@ -377,7 +376,7 @@ class SingleModel(nn.Module):
         if tuple(targets.shape) != want:
             raise ConfigError(f"targets of shape {tuple(targets.shape)} do not fit: this run trains on {want[1]} "
                               f"targets per example, [batch, {want[1]}] = {list(want)}")
-        return run_loss(task, self.run.train.loss), targets.to(self.device)[None]
+        return self.run.training_loss(), targets.to(self.device)[None]
 
     def _adapted(self, hooks: dict[str, list[HookFn]], bwd_hooks: dict[str, list[HookFn]]) -> dict[str, Any]:
         """The ensemble hooks running these TransformerLens-style forward and backward hooks."""

@@ -99,6 +99,13 @@ class RunConfig:
 
         return split_examples(self, device)[0]
 
+    def training_loss(self) -> Callable[..., Any]:
+        """The per-instance loss this run trains on, `fn(model, tokens, targets) -> [E]`
+        (`headway.tasks.objective.run_loss` of its task and loss kind)."""
+        from headway.tasks.objective import run_loss
+
+        return run_loss(self.task, self.train.loss)
+
     def tokens(self, count: int, seed: int = 0, validation: bool = True) -> Any:
         """`count` fresh examples of this run's task as int64 tokens [count, pos(, slots)] (a torch tensor)."""
         from headway.runs.examples import drawn_tokens
