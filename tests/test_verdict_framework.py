@@ -146,6 +146,8 @@ def test_the_printed_verdict_table_gives_each_claim_a_reason_and_lists_the_claim
         in lines[5]
     assert lines[6].split() == ["not", "run", "–", "–", "–", "answer-only", "runs", "fail"]
     assert lines[7].strip() == "why: not run: the grid trained none"
+    narrow = verdict_table(tmp_path / "summary.json", width=80).splitlines()
+    assert max(map(len, narrow)) <= 80 and " ".join(narrow[:2]).startswith("Verdicts (2 claims judged, 1 not run;")
 
 
 def test_fisher_and_its_power():

@@ -178,8 +178,9 @@ def verdict_table(summary: Path, width: int | None = None) -> str:
         return f"no verdicts in {summary}"
     width = width or shutil.get_terminal_size((120, 24)).columns
     head = f"{'status':<15} {'p':>7} {'α':>6} {'power':>6}  "
-    lines = [f"Verdicts ({len(verdicts)} claims judged, {len(unrun)} not run; p one-sided, α family-wise, power at "
-             "the stated effect, shown for null results only):", head + "claim"]
+    heading = (f"Verdicts ({len(verdicts)} claims judged, {len(unrun)} not run; p one-sided, α family-wise, power "
+               "at the stated effect, shown for null results only):")
+    lines = [*textwrap.wrap(heading, width), head + "claim"]
     text = max(30, width - len(head))
     rows = [(verdict["status"], verdict.get("p_value"), verdict.get("alpha"),
              None if verdict["status"] == "reproduced" else verdict.get("power"), verdict["claim"],
