@@ -174,7 +174,9 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert summary["runs"] == 8 and sum(summary["modes"].values()) == 8
     assert summary["rules"]["learned"] == 0.95 and 0 <= summary["llc_bias"] < 10
     assert all(v["alpha"] == 0.05 for v in summary["verdicts"] if v["p_value"] is not None)
-    assert all({"claim", "status", "evidence", "p_value", "alpha", "power", "id"} == set(v) for v in summary["verdicts"])
+    assert all({"claim", "status", "evidence", "p_value", "alpha", "power", "id", "reason"} == set(v)
+               for v in summary["verdicts"])
+    assert all(v["reason"] for v in summary["verdicts"])
     assert {v["id"] for v in summary["verdicts"]} <= {claim.id for claim in CLAIMS}  # each named by its registry id
     assert {"llc_p_run", "llc_candidate_peaks", "llc_unusable"} <= set(summary["development"][0])
     assert {v["claim"] for v in summary["verdicts"]} >= {
