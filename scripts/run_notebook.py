@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from headway.files import atomic
+
 
 def execute(path: Path, parameters: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(the namespace after the last cell, each code cell's printed output): the code cells run in order in one
@@ -43,7 +45,8 @@ def write_outputs(path: Path, printed: list[str]) -> None:
         cell["execution_count"] = count
         cell["outputs"] = ([{"name": "stdout", "output_type": "stream", "text": text.splitlines(True)}]
                            if text else [])
-    Path(path).write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    with atomic(Path(path)) as tmp:  # a reader finds the old notebook or the new one; a device is refused
+        tmp.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
 
 
 def main() -> None:

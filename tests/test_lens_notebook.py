@@ -16,7 +16,7 @@ from headway.train.sweep import train_runs
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "docs" / "notebooks" / "retrieval_circuit.ipynb"
 sys.path.insert(0, str(ROOT / "scripts"))
-from run_notebook import execute  # noqa: E402
+from run_notebook import execute, write_outputs  # noqa: E402
 
 pytest.importorskip("transformer_lens", reason="TransformerLens 4.x is a test extra (pip install 'headway[tl]')")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -50,3 +50,17 @@ def test_the_notebook_gives_the_same_numbers_on_transformer_lens_and_headway(run
     assert results["lens final equals output"] < 1e-5 and results["dla sums to the difference"] < 1e-5
     assert results["head patching"].abs().max() > 0.01 and results["position patching"].abs().max() > 0.01
     assert results["attribution patching"].abs().max() > 0
+
+
+def test_stored_outputs_are_what_each_cell_printed(tmp_path):
+    copy = tmp_path / "notebook.ipynb"
+    copy.write_text(NOTEBOOK.read_text())
+    printed = [f"cell {i}\n" if i % 2 else "" for i in range(len(_code_cells(copy)))]
+    write_outputs(copy, printed)
+    cells = _code_cells(copy)
+    assert ["".join(o["text"]) for c in cells for o in c["outputs"]] == [text for text in printed if text]
+    assert [c["execution_count"] for c in cells] == list(range(1, len(cells) + 1))
+
+
+def _code_cells(path: Path) -> list[dict]:
+    return [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]

@@ -127,6 +127,12 @@ def test_kept_hooks_permanent_hooks_and_contexts():
     model(tokens)
     assert point.ctx == {"calls": 2}
     model.reset_hooks()
+    model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_z", count)], reset_hooks_end=False,
+                         clear_contexts=True)
+    assert point.ctx == {} and len(model._hooks["blocks.0.attn.hook_z"]) == 1  # kept, its context emptied
+    model(tokens)
+    assert point.ctx == {"calls": 1}
+    model.reset_hooks()
 
 
 def test_a_hook_returning_the_wrong_shape_is_named_with_both_shapes():

@@ -431,23 +431,8 @@ class SingleModel(nn.Module):
         fn(activation, hook) returning a replacement or None (in-place edits of the activation count).
         `bwd_hooks` get the gradient at their point when the output is differentiated (fn(grad, hook), a
         replacement or None). With `reset_hooks_end=False` both stay on the model, as in TransformerLens."""
-        if not reset_hooks_end:
-            for name, fn in fwd_hooks:
-                self.add_hook(name, fn)
-            for name, fn in bwd_hooks:
-                self.add_hook(name, fn, dir="bwd")
+        with self.hooks(fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts):
             return self._run(tokens, self._hooks, self._bwd_hooks, readout, return_type, targets)
-        hooks = {name: list(fns) for name, fns in self._hooks.items()}
-        for name, fn in self._expand(fwd_hooks):
-            hooks.setdefault(name, []).append(fn)
-        backward = {name: list(fns) for name, fns in self._bwd_hooks.items()}
-        for name, fn in self._expand(bwd_hooks):
-            backward.setdefault(name, []).append(fn)
-        try:
-            return self._run(tokens, hooks, backward, readout, return_type, targets)
-        finally:
-            if clear_contexts:
-                self.clear_contexts()
 
     def add_hook(self, name: str | Callable[[str], bool], hook: HookFn, dir: str = "fwd",  # noqa: A002 - TL's
                  is_permanent: bool = False) -> None:

@@ -254,9 +254,7 @@ class EnsembleTransformer(HookedModule):
             self.unembed.W_U = _param(n, d, d_out)
             self.unembed.b_U = _param(n, d_out)
         self.flat = FlatParameters(self, n_instances)
-        self._hook_names = name_hook_points(self)
-        self._hook_set = frozenset(self._hook_names)
-        self._tail_points, self._all_position_points = self._final_block_points()
+        self._name_hooks()
 
     @classmethod
     def from_seeds(cls, cfg: ModelConfig, d_vocab: int, n_ctx: int, d_out: int, seeds: Sequence[int],
@@ -321,6 +319,12 @@ class EnsembleTransformer(HookedModule):
         out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), rows, self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
+    def _name_hooks(self) -> None:
+        """Name every hook point the modules now emit, and what the forward's shortcut needs to know of them."""
+        self._hook_names = name_hook_points(self)
+        self._hook_set = frozenset(self._hook_names)
+        self._tail_points, self._all_position_points = self._final_block_points()
+
     def _final_block_points(self) -> tuple[frozenset[str], frozenset[str]]:
         """The final block's hook points that see the last position alone when it computes only that one (its
         input and first LayerNorm still see every position, which its keys and values need), and those inside
@@ -362,9 +366,7 @@ class EnsembleTransformer(HookedModule):
         d_model-wide tensor per head whenever it is hooked or cached."""
         for block in self.blocks:
             block.attn.use_result = bool(enabled)
-        self._hook_names = name_hook_points(self)
-        self._hook_set = frozenset(self._hook_names)
-        self._tail_points, self._all_position_points = self._final_block_points()
+        self._name_hooks()
 
     def run_with_cache(self, tokens: Tensor, names: NamesFilter = None,
                        readout: str | int = "last") -> tuple[Tensor, dict[str, Tensor]]:
