@@ -24,6 +24,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from headway.files import atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = ROOT / "docs" / "times.toml"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -225,7 +227,8 @@ def main() -> int:
         text = page.read_text()
         new = rewrite(text, table, texts)
         if new != text:
-            page.write_text(new)
+            with atomic(page) as tmp:  # a reader finds the old page or the new one; a device is refused
+                tmp.write_text(new)
             print(f"rewrote {page.relative_to(ROOT)}")
     return 0
 
