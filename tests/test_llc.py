@@ -205,7 +205,7 @@ def test_same_seed_same_numbers_and_identical_instances_agree():
                                    "acceptance", "draw_loss", "chance_loss", "basin_fraction",
                                    "moving_weights", "settings", *[f"llc_chain{c}" for c in range(6)], "n_warnings",
                                    "warnings", "invalid"]
-    assert json.loads(frame.settings.iloc[0]) == {**settings.to_dict(), "nbeta": first.settings["nbeta"]}
+    assert json.loads(frame.settings.iloc[0]) == {**settings.stored_dict(), "nbeta": first.settings["nbeta"]}
     assert frame.shape == (2, 21)
     np.testing.assert_allclose(frame.draw_loss, first.loss_trace.mean(axis=(1, 2)), rtol=1e-6)
     assert frame.chance_loss.isna().all() and frame.basin_fraction.isna().all()  # no chance loss given

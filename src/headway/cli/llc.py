@@ -24,7 +24,7 @@ MAX_CHAINS = 4096  # SGLD chains per instance: each is a copy of the model's wei
 SHOWN = ["ensemble", "step", "run_id", "lr", "batch_size", "localization", "llc_mean", "llc_se", "acceptance",
          "lr_change", "batch_change", "stable", "accepted"]
 # The base settings a single value each may replace, and the type of each.
-BASE_TYPES = {"nbeta": float, "chains": int, "draws": int, "burnin": int, "seed": int}
+BASE_TYPES = {"nbeta": float, "chains": int, "draws": int, "burnin": int, "seed": int, "preconditioner": str}
 
 
 @click.group()
@@ -53,6 +53,9 @@ def llc() -> None:
               help="Replace the base draws (at the reference ε; each ε samples as long as it does).")
 @click.option("--burnin", default=None, metavar="N", help="Replace the base burn-in steps (at the reference ε).")
 @click.option("--seed", default=None, metavar="N", help="Replace the sampler's seed.")
+@click.option("--preconditioner", default=None, type=click.Choice(["none", "diagonal"]),
+              help="Replace the base sampler: none (plain SGLD) or diagonal (a fixed metric 1/(nβ·Hᵢᵢ + γ) measured "
+                   "at w*; ε is then the step in units of each coordinate's stiffness).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on a terminal.")
 @click.option("--out", type=OutputPath(folder=False), default=None, help="Also write the whole table as CSV.")

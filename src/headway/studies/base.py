@@ -339,7 +339,7 @@ class TracingStudy(Study):
         """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints and the step
         budget settings are chosen within (absent for the plan's own settings, as before there was a choice): a trace
         made otherwise is made again."""
-        return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.to_dict(), "development": self.traced(runs),
+        return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.stored_dict(), "development": self.traced(runs),
                 "llc_checkpoints": self.plan.llc_checkpoints,
                 **({} if self.plan.llc_budget is None else {"llc_budget": self.plan.llc_budget})}
 

@@ -14,6 +14,7 @@ One module per job, as devinterp splits its sampler:
 - `estimate`: `estimate_llc` → `LLCResult`, and `anchor_loss` (L(w*) and its standard error);
 - `validity`: the sampler checks that make an estimate invalid and their limits (`ValidityLimits`);
 - `resolution`: what the settings can resolve of the basin, from the Hessian at w* (`Resolution`);
+- `precondition`: a fixed diagonal metric for SGLD from the Hessian's diagonal at w*;
 - `known_answers`: models whose learning coefficient is known, and the estimator's bias on them.
 
 Any other `nn.Module` is sampled the same way as a headway ensemble: its chains become rows of a
@@ -36,6 +37,7 @@ _EXPORTS = {
     **dict.fromkeys(("WEIGHT_GROUPS", "head_mask", "parameter_mask", "weight_masks"), "masks"),
     **dict.fromkeys(("MEASURE_ABOVE", "instance_groups", "rough_bytes", "sampling_footprint"), "memory"),
     **dict.fromkeys(("is_ensemble", "layout_of", "replicate"), "replication"),
+    **dict.fromkeys(("diagonal_preconditioner",), "precondition"),
     **dict.fromkeys(("Resolution", "basin_resolution"), "resolution"),
     **dict.fromkeys(("MalaScore", "PoolSampler", "sgld_step"), "sampler"),
     **dict.fromkeys(("LossFn", "SGLDSettings", "default_nbeta"), "settings"),

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from headway.analysis.llc.diagnostics import diagnose
 from headway.analysis.llc.memory import instance_groups
+from headway.analysis.llc.precondition import diagonal_preconditioner
 from headway.analysis.llc.prepare import checked_loss, prepared
 from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.resolution import Resolution, basin_resolution
@@ -139,13 +140,16 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     chains that left the basin still show when λ̂ exceeds d/2 of the moving weights (`validity.ceiling`).
     `settings="auto"` chooses them for this model (`auto.choose_settings` from the default settings; resolution
     included): the estimate at the settings chosen, or, refused, at the last tried
-    with the reason as `invalid`.
+    with the reason as `invalid`. `settings.preconditioner = "diagonal"` measures the chains' fixed metric at w*
+    first (`precondition.diagonal_preconditioner`, on its own seeded subsample of the pool).
     """
     if isinstance(settings, str):
         return _auto(model, loss_fn, tokens, targets, settings, mask, precision, chance_loss, train_mode, validity)
     with module_mode(model, train_mode, settings.seed):
+        metric = None if settings.preconditioner == "none" else \
+            diagonal_preconditioner(model, loss_fn, tokens, targets, settings, mask)
         result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
-                           max_rows, chance_loss, validity)
+                           max_rows, chance_loss, validity, metric)
         if resolve:
             result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask,
                                                                  rows=resolution_rows))
@@ -168,8 +172,9 @@ def _auto(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targ
 def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
               settings: SGLDSettings, mask: Tensor | None, progress: bool, desc: str,
               init_loss: tuple[np.ndarray, np.ndarray] | None, precision: str, max_rows: int | None,
-              chance_loss: float | np.ndarray | None, validity: ValidityLimits) -> LLCResult:
-    """`estimate_llc` with the model in its sampling mode."""
+              chance_loss: float | np.ndarray | None, validity: ValidityLimits,
+              metric: Tensor | None = None) -> LLCResult:
+    """`estimate_llc` with the model in its sampling mode (`metric` [E, P]: the chains' fixed diagonal metric)."""
     model, loss_fn, tokens, targets, trainable = prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
         mask = trainable if mask is None else mask.to(trainable) * trainable
@@ -181,7 +186,8 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
     init_gen = seeded_generators(settings.seed, device)[0]
     init, init_se = loss_at_anchor(model, loss_fn, tokens, targets, settings, init_gen, groups) if init_loss is None \
         else (np.asarray(init_loss[0], dtype=float), np.asarray(init_loss[1], dtype=float))
-    trace, died, accept = sample_groups(model, loss_fn, tokens, targets, settings, nbeta, mask, groups, progress, desc)
+    trace, died, accept = sample_groups(model, loss_fn, tokens, targets, settings, nbeta, mask, groups, progress, desc,
+                                        metric)
     e, c = model.flat.data.shape[0], settings.chains
     trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
     per_chain = nbeta * (trace.mean(axis=2) - init[:, None])
@@ -197,7 +203,7 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
     messages = diagnose(trace, init, per_chain, mean, died.cpu().numpy().reshape(e, c), acceptance, basin, used,
                         validity)
     moving = model.flat.data.shape[1] if mask is None else int((mask != 0).sum().item())
-    return LLCResult(mean, std, per_chain, trace, init, messages, used.to_dict(), init_se, llc_se, acceptance, chance,
+    return LLCResult(mean, std, per_chain, trace, init, messages, used.stored_dict(), init_se, llc_se, acceptance, chance,
                      validity, moving_weights=moving)
 
 

@@ -300,7 +300,7 @@ def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed:
         result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance) if budget is None else \
             choose_settings(model, gaussian_nll, x, y, settings, max_steps=budget, chance_loss=chance).result
         frame = result.to_frame().iloc[0]
-        used = result.settings if budget is None else {**settings.to_dict(), "budget": budget}
+        used = result.settings if budget is None else {**settings.stored_dict(), "budget": budget}
         rows.append({"model": known.name, "regular": known.regular, "parameters": known.parameters,
                      "truth": known.truth, "estimate": frame.llc_mean, "se": frame.llc_se,
                      "relative_error": frame.llc_mean / known.truth - 1, "acceptance": frame.acceptance,

@@ -56,9 +56,10 @@ class PoolSampler:
 @torch.no_grad()
 def sgld_step(flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, localization: float,
               generator: torch.Generator, mask: Tensor | None = None, live: Tensor | None = None,
-              drawn: tuple[int, int] | None = None) -> None:
+              drawn: tuple[int, int] | None = None, metric: Tensor | None = None) -> None:
     """One SGLD step on every row of `flat` from the gradients in `flat.grad` (devinterp 1.x):
-    w ← w − ε/2·(nβ·∇L_batch(w) + γ·(w − w*)) + N(0, ε).
+    w ← w − ε/2·(nβ·∇L_batch(w) + γ·(w − w*)) + N(0, ε); with a fixed diagonal `metric` P [R, P]
+    (`precondition`), w ← w − ε/2·P·(…) + N(0, ε·P).
     `mask` [P] restricts drift and noise to its coordinates (devinterp's optimize_over); rows where
     `live` [R] is False do not move. With `drawn` (rows, first), noise is drawn for `rows` rows and rows
     first … first + R of it are used: a group of a split run gets the noise the whole run gives it."""
@@ -66,9 +67,15 @@ def sgld_step(flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, loc
     rows, first = drawn or (w.shape[0], 0)
     noise = torch.randn((rows, *w.shape[1:]), generator=generator, device=w.device, dtype=w.dtype)
     update = noise[first : first + w.shape[0]].mul_(math.sqrt(lr))
-    update.add_(flat.grad, alpha=-0.5 * lr * nbeta)
-    if localization:
-        update.add_(w, alpha=-0.5 * lr * localization).add_(anchor, alpha=0.5 * lr * localization)
+    if metric is None:
+        update.add_(flat.grad, alpha=-0.5 * lr * nbeta)
+        if localization:
+            update.add_(w, alpha=-0.5 * lr * localization).add_(anchor, alpha=0.5 * lr * localization)
+    else:
+        drift = flat.grad.mul(nbeta)
+        if localization:
+            drift.add_(w, alpha=localization).add_(anchor, alpha=-localization)
+        update.mul_(metric.sqrt()).addcmul_(drift, metric, value=-0.5 * lr)
     if mask is not None:
         update.mul_(mask)
     if live is not None:
@@ -91,12 +98,13 @@ def gather(data: Tensor, instance: Tensor, index: Tensor) -> Tensor:
 def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
            nbeta: float, mask: Tensor | None, generators: tuple[torch.Generator, torch.Generator],
            progress: bool, desc: str, instances: tuple[int, int] | None = None,
-           drawn: tuple[int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+           drawn: tuple[int, int] | None = None, metric: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Run every chain of every instance (or of those in [start, stop) of `instances`, whose pools
     `tokens`, `targets` are); returns the draw losses [E·C, draws] (NaN once a chain died), the step at
     which each chain's loss first became non-finite [E·C] (-1: never) and each chain's mean MALA
     acceptance over the steps after burn-in [E·C] (NaN: none scored). `drawn` (rows, first): the
-    generators serve `rows` rows, of which these are rows first … (see `sgld_step`)."""
+    generators serve `rows` rows, of which these are rows first … (see `sgld_step`). `metric` [E, P]: each
+    instance's fixed diagonal metric (`precondition.diagonal_preconditioner`), shared by its chains."""
     batch_gen, noise_gen = generators
     chains = settings.chains
     sampler_model = replicate(model, chains, instances)
@@ -109,10 +117,12 @@ def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, s
     sampler = PoolSampler(total, tokens.shape[1], settings.batch_size, batch_gen, tokens.device,
                           keep=slice(first, first + rows))
     mask = None if mask is None else mask.to(device, flat.data.dtype)
+    if metric is not None:
+        metric = metric.to(device, flat.data.dtype).repeat_interleave(chains, dim=0)
     trace = torch.full((rows, settings.draws), math.nan, dtype=flat.data.dtype, device=device)
     live = torch.ones(rows, dtype=torch.bool, device=device)
     died = torch.full((rows,), -1, dtype=torch.long, device=device)
-    mala = MalaScore(flat, anchor, settings.lr, nbeta, settings.localization, mask)
+    mala = MalaScore(flat, anchor, settings.lr, nbeta, settings.localization, mask, metric)
     for step in tracked(range(settings.steps), desc, "step", enabled=progress):
         index = sampler.next()
         flat.zero_grad()
@@ -132,22 +142,24 @@ def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, s
                 trace[:, after // settings.steps_between_draws] = torch.where(live, loss, math.nan)
             if after >= 0:
                 mala.score(loss, live)
-            sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live, drawn)
+            sgld_step(flat, anchor, settings.lr, nbeta, settings.localization, noise_gen, mask, live, drawn, metric)
     return trace, died, mala.mean()
 
 
 def sample_groups(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
                   nbeta: float, mask: Tensor | None, groups: list[tuple[int, int]], progress: bool,
-                  desc: str) -> tuple[Tensor, Tensor, Tensor]:
-    """`sample` of each instance group in turn, every group on fresh copies of the run's generators, joined."""
+                  desc: str, metric: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """`sample` of each instance group in turn, every group on fresh copies of the run's generators, joined
+    (`metric` [E, P]: the instances' fixed diagonal metrics, or None)."""
     device, chains = model.flat.data.device, settings.chains
     if len(groups) == 1:
         return sample(model, loss_fn, tokens, targets, settings, nbeta, mask,
-                      seeded_generators(settings.seed, device)[1:], progress, desc)
+                      seeded_generators(settings.seed, device)[1:], progress, desc, metric=metric)
     rows = model.flat.data.shape[0] * chains
     parts = [sample(model, loss_fn, tokens[start:stop], targets[start:stop], settings, nbeta, mask,
                     seeded_generators(settings.seed, device)[1:], progress, f"{desc} {i + 1}/{len(groups)}",
-                    instances=(start, stop), drawn=(rows, start * chains))
+                    instances=(start, stop), drawn=(rows, start * chains),
+                    metric=None if metric is None else metric[start:stop])
              for i, (start, stop) in enumerate(groups)]
     return tuple(torch.cat(part) for part in zip(*parts))
 
@@ -158,12 +170,14 @@ class MalaScore:
     minibatch loss of the step at w, as devinterp) and its gradient g, a move w → w' has
     log α = U(w) − U(w') + log q(w | w') − log q(w' | w), q the Gaussian proposal N(w − ε/2·g(w), ε);
     expanded, the log q difference is ½(w' − w)·(g + g') + ε/8·(|g|² − |g'|²), which needs no large
-    cancelling sums. Only `mask`'s coordinates count in g (the others do not move)."""
+    cancelling sums. Only `mask`'s coordinates count in g (the others do not move). With a diagonal `metric` P
+    [R, P] the proposal is N(w − ε/2·P·g(w), ε·P) and |g|² becomes g·P·g; the rest is unchanged."""
 
     def __init__(self, flat: FlatParameters, anchor: Tensor, lr: float, nbeta: float, localization: float,
-                 mask: Tensor | None) -> None:
+                 mask: Tensor | None, metric: Tensor | None = None) -> None:
         self.flat, self.anchor, self.lr, self.nbeta, self.localization, self.mask = (flat, anchor, lr, nbeta,
                                                                                       localization, mask)
+        self.metric = metric
         self.previous: tuple[Tensor, Tensor, Tensor, Tensor] | None = None  # w, g, |g|², U of the last step
         rows = flat.data.shape[0]
         self.total = torch.zeros(rows, dtype=torch.float64, device=flat.data.device)
@@ -179,7 +193,7 @@ class MalaScore:
         if self.mask is not None:
             drift.mul_(self.mask)
         drift.add_(offset, alpha=self.localization)
-        square = drift.square().sum(dim=1).double()
+        square = (drift.square() if self.metric is None else drift.square().mul_(self.metric)).sum(dim=1).double()
         energy = self.nbeta * loss.double() + 0.5 * self.localization * offset.square().sum(dim=1).double()
         if self.previous is not None:
             before, drift_before, square_before, energy_before = self.previous

@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from headway.errors import ConfigError
 from headway.settings import Settings, check_int, check_number
 
 if TYPE_CHECKING:  # settings are read by study plans when the CLI parses options; torch loads with sampling
     from torch import Tensor, nn
 
+PRECONDITIONERS = ("none", "diagonal")  # SGLDSettings.preconditioner
 LossFn = Callable[["nn.Module", "Tensor", "Tensor"], "Tensor"]
 
 
@@ -27,7 +29,14 @@ class SGLDSettings(Settings):
     model's true set (held only by γ) carry the chains to the less singular points near w* (by 1000 steps
     the suite's three-layer network reads +20%). A model whose curvature is of another scale (a transformer
     near zero loss) needs its own settings, checked with `known_answers.suite_bias` and the validity checks.
+
+    `preconditioner = "diagonal"` samples the same posterior with a fixed diagonal metric P measured at w*
+    (`precondition.diagonal_preconditioner`: Pᵢ = 1/(nβ·Hᵢᵢ + γ) from the Hessian's diagonal), so that stiff and
+    soft coordinates relax at comparable rates; `lr` is then dimensionless, the step in units of each coordinate's
+    own stiffness (0.1–0.2 is a moderate step), where plain SGLD ("none", devinterp's) takes it in weight units.
     """
+
+    LATER: ClassVar[dict[str, Any]] = {"preconditioner": "none"}
 
     lr: float = 1e-3  # ε, the step size
     nbeta: float | None = None  # n·β, inverse temperature; None → default_nbeta(batch_size)
@@ -40,6 +49,7 @@ class SGLDSettings(Settings):
     init_loss_batches: int | None = None  # disjoint random batches averaged for L(w*); None: the whole pool
     init_batch_size: int | None = None  # examples per L(w*) batch; None: batch_size × chains (one step's)
     seed: int = 0
+    preconditioner: str = "none"  # "none": plain SGLD (devinterp's sgld); "diagonal": a fixed metric from H's diagonal
 
     def __post_init__(self) -> None:
         positive = ("chains", "draws", "steps_between_draws", "batch_size")
@@ -53,6 +63,9 @@ class SGLDSettings(Settings):
             nbeta=None if self.nbeta is None else check_number("nbeta", self.nbeta, 0.0, low_open=True),
             localization=check_number("localization", self.localization, 0.0),
         )
+        if self.preconditioner not in PRECONDITIONERS:
+            raise ConfigError(f"preconditioner = {self.preconditioner!r} is unknown; choose one of "
+                              f"{', '.join(PRECONDITIONERS)}")
 
     @property
     def steps(self) -> int:

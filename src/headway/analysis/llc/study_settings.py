@@ -53,7 +53,7 @@ def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances
     from headway.analysis.llc.trace import training_pool, uniform_guess_loss
 
     step = checkpoint_steps(run_dir)[-1]
-    made_from = {"base": base.to_dict(), "budget": budget, "runs": [runs[i].run_id for i in instances], "step": step,
+    made_from = {"base": base.stored_dict(), "budget": budget, "runs": [runs[i].run_id for i in instances], "step": step,
                  "validity": validity.to_dict(), "rows": RESOLUTION_ROWS, "precision": precision, **(stamp or {})}
     path = folder / CHOICE
     if path.is_file():

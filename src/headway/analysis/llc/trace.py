@@ -86,7 +86,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     chance = uniform_guess_loss(first, pool_targets)
     # traces from before the basin check lack chance_loss, those before the validity rules validity, and those before
     # the resolution check its ceiling and shortfall: each is traced again
-    settings = {"sgld": sgld.to_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
+    settings = {"sgld": sgld.stored_dict(), "runs": [runs[i].run_id for i in instances], "chance_loss": chance,
                 "validity": validity.to_dict(),
                 "resolution": {"rows": RESOLUTION_ROWS, "probes": PROBES, "steps": STEPS},
                 **({"refused": refused} if refused else {}), **(stamp or {})}
