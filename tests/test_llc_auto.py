@@ -75,10 +75,10 @@ def test_a_table_without_recorded_settings_was_taken_at_the_plans_own():
     planned = SGLDSettings(lr=1e-5, chains=2)
     assert recorded_settings(pd.DataFrame(), planned).settings == planned
     chosen = SGLDSettings(lr=3e-7, nbeta=50.0, chains=2)
-    table = pd.DataFrame({"settings": [json.dumps(chosen.to_dict(), sort_keys=True)] * 2,
+    table = pd.DataFrame({"settings": [json.dumps(chosen.stored_dict(), sort_keys=True)] * 2,
                           "choice": ["h_max = 3; …"] * 2, "invalid": ["", ""]})
     record = sgld_record(table, planned)
-    assert record == {"sgld": chosen.to_dict(), "sgld_choice": "h_max = 3; …", "sgld_refused": ""}
+    assert record == {"sgld": chosen.stored_dict(), "sgld_choice": "h_max = 3; …", "sgld_refused": ""}
 
 
 def test_a_noisy_choice_is_refused_not_passed_on_its_standard_errors():

@@ -53,7 +53,7 @@ class AutoChoice:
 
     def to_dict(self) -> dict:
         """The choice as a results file records it: the settings (or None), the reason and the tries."""
-        return {"settings": None if self.settings is None else self.settings.to_dict(), "reason": self.reason,
+        return {"settings": None if self.settings is None else self.settings.stored_dict(), "reason": self.reason,
                 "tries": self.tries.to_dict(orient="records")}
 
 

@@ -36,7 +36,7 @@ class StudySettings:
 
     def to_dict(self) -> dict:
         """The settings, reason and refusal as a results file records them."""
-        return {"settings": self.settings.to_dict(), "reason": self.reason, "refused": self.refused}
+        return {"settings": self.settings.stored_dict(), "reason": self.reason, "refused": self.refused}
 
 
 def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], base: SGLDSettings,
@@ -93,4 +93,4 @@ def sgld_record(table: pd.DataFrame, planned: SGLDSettings) -> dict:
     """A study summary's record of its LLC settings (`recorded_settings` of its table): sgld, sgld_choice (why) and
     sgld_refused ("" unless no setting qualified)."""
     chosen = recorded_settings(table, planned)
-    return {"sgld": chosen.settings.to_dict(), "sgld_choice": chosen.reason, "sgld_refused": chosen.refused}
+    return {"sgld": chosen.settings.stored_dict(), "sgld_choice": chosen.reason, "sgld_refused": chosen.refused}
