@@ -16,6 +16,9 @@ estimates of both in the printed table before comparing their times.
 `--auto N` first chooses the settings for instance 0 within N steps a chain (`choose_settings` from nβ 1e4, the
 chains and the batch, the Hessian on 256 pool rows), prints the choice, and runs both parts at it: devinterp
 against headway at headway's own calibrated settings; a refused choice ends the run with its reason.
+`--compile` runs instead the comparison of headway's batched sampler eager and with its loss compiled
+(`estimate_llc(compile_mode="default")`): the first compiled call (compilation included) apart, then --repeats
+alternating rounds of both; the speed-up, what the compilation costs, and the largest difference of the estimates.
 """
 
 from __future__ import annotations
@@ -185,6 +188,23 @@ def part_two(model, tokens, targets, settings, repeats, device, precision) -> di
             "llc": batched.llc_mean}
 
 
+def part_compiled(model, tokens, targets, settings, repeats, device, precision) -> dict:
+    """E instances × C chains batched, eager against the loss compiled: the first compiled call (with the
+    compilation), then median seconds of `repeats` alternating rounds, and both estimates."""
+    first_s, _ = timed(device, estimate_llc, model, sorting_loss, tokens, targets, settings, precision=precision,
+                       compile_mode="default")
+    eager_s, compiled_s = [], []
+    for _ in range(repeats):
+        seconds, eager = timed(device, estimate_llc, model, sorting_loss, tokens, targets, settings,
+                               precision=precision)
+        eager_s.append(seconds)
+        seconds, compiled = timed(device, estimate_llc, model, sorting_loss, tokens, targets, settings,
+                                  precision=precision, compile_mode="default")
+        compiled_s.append(seconds)
+    return {"first_s": first_s, "eager_s": statistics.median(eager_s), "compiled_s": statistics.median(compiled_s),
+            "eager": eager.llc_mean, "compiled": compiled.llc_mean}
+
+
 def chosen_settings(model: EnsembleTransformer, tokens: torch.Tensor, targets: torch.Tensor, base: SGLDSettings,
                     budget: int, precision: str) -> SGLDSettings:
     """The settings `choose_settings` picks for instance 0 within `budget` steps a chain (L(w*) as `base`'s); a
@@ -213,6 +233,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="alternating rounds; the median is reported")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--precision", default="fp32", help="headway's sampling precision: fp32, tf32, bf16, auto")
+    parser.add_argument("--compile", action="store_true",
+                        help="compare the batched sampler eager and compiled (instead of parts 1 and 2)")
     parser.add_argument("--auto", type=int, default=None, metavar="N",
                         help="choose the settings for instance 0 within N SGLD steps a chain, then compare at them")
     args = parser.parse_args()
@@ -229,6 +251,10 @@ def main() -> None:
     print(f"device: {device} ({where}); torch {torch.__version__}; {settings.chains} chains × {settings.draws} draws "
           f"(burn-in {settings.burnin}), batch {settings.batch_size}, ε {settings.lr:g}, γ {settings.localization:g}, "
           f"nβ {settings.nbeta:.2f}; {args.train_steps} Adam steps before sampling; headway at {args.precision}")
+    if args.compile:
+        report_compiled(part_compiled(model, tokens, targets, settings, args.repeats, device, args.precision),
+                        args.instances, settings)
+        return
     one = part_one(model, tokens, targets, settings, args.repeats, device, args.precision)
     print(f"part 1: headway {one['headway_s']:.2f} s, LLC {one['headway'][0]:.2f} ± {one['headway'][1]:.2f}; "
           f"as a plain module {one['plain_s']:.2f} s, LLC {one['plain'][0]:.2f} ± {one['plain'][1]:.2f}; "
@@ -249,6 +275,23 @@ def main() -> None:
     print(f"| {args.instances} instances × {args.chains} chains vs {args.instances * args.chains} single runs | "
           f"{two['batched_s']:.2f} | {two['sequential_s']:.2f} | {two['sequential_s'] / two['batched_s']:.2f}× | "
           f"{np.nanmean(two['llc']):.2f} (mean of instances) | – |")
+
+
+
+def report_compiled(result: dict, instances: int, settings: SGLDSettings) -> None:
+    """The compiled-sampler comparison as a line and a RESULTS.md row."""
+    gain = result["eager_s"] - result["compiled_s"]
+    paid_back = result["first_s"] - result["compiled_s"]
+    payback = f"compilation paid back after {paid_back / gain:.1f} calls" if gain > 0 else "compiled is not faster"
+    print(f"compiled: first call {result['first_s']:.1f} s (with the compilation), then {result['compiled_s']:.2f} s; "
+          f"eager {result['eager_s']:.2f} s; {payback}")
+    difference = np.nanmax(np.abs(result["compiled"] - result["eager"]) / np.abs(result["eager"]))
+    print()
+    print("| comparison | compiled (s) | eager (s) | speed-up | first compiled call (s) | max relative Δλ̂ |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {instances} instances × {settings.chains} chains × {settings.steps} steps, loss compiled vs eager | "
+          f"{result['compiled_s']:.2f} | {result['eager_s']:.2f} | {result['eager_s'] / result['compiled_s']:.2f}× | "
+          f"{result['first_s']:.1f} | {difference:.1e} |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 #
 #   scripts/gpu_session.sh bench       training throughput: headway vs a plain loop vs torch.func (~8 min)
 #   scripts/gpu_session.sh attention   the attention kernels inside headway's training step, per shape (~4 min)
-#   scripts/gpu_session.sh llc         LLC sampling: headway vs devinterp 1.x (~3 min; needs devinterp)
+#   scripts/gpu_session.sh llc         LLC sampling: headway vs devinterp 1.x, then compiled vs eager (~5 min;
+#                                      needs devinterp)
 #   scripts/gpu_session.sh retrieval   the retrieval study at --scale gpu, one piece (exit 75: run it again)
 #   scripts/gpu_session.sh sorting     the sorting study at --scale gpu, likewise
 #
@@ -56,6 +57,8 @@ attention)
 llc)
     timeout 500 python3 benchmarks/bench_llc.py --device cuda --instances 8 --chains 8 --draws 200 \
         --train-steps 1500 --repeats 3 --precision auto 2>&1 | tee "$out/bench_llc.md"
+    timeout 200 python3 benchmarks/bench_llc.py --device cuda --compile --instances 8 --chains 8 --draws 200 \
+        --repeats 3 --precision auto 2>&1 | tee -a "$out/bench_llc.md"
     ;;
 retrieval | sorting)
     folder="runs/$step-gpu"

@@ -510,3 +510,17 @@ def test_bad_names_heads_masks_and_data_raise_config_error():
         estimate_llc(model, ce_last, tokens, tokens[..., 0], SGLDSettings(batch_size=8), mask=torch.ones(3))
     with pytest.raises(ConfigError, match="2 instances"):
         estimate_llc(replicate(model, 2), ce_last, tokens, tokens[..., 0], SGLDSettings(batch_size=8))
+
+
+def test_a_compiled_sampler_gives_the_eager_numbers_to_float_rounding(recwarn):
+    model, x, y = regression(2, 6, seed=5)
+    settings = SGLDSettings(chains=4, draws=40, **REGULAR)
+    from torch._dynamo.utils import counters
+
+    eager = estimate_llc(model, half_mse, x, y, settings)
+    graphs = counters["stats"]["unique_graphs"]
+    compiled = estimate_llc(model, half_mse, x, y, settings, compile_mode="default")
+    assert counters["stats"]["unique_graphs"] > graphs  # the loss went through torch.compile …
+    assert not [w for w in recwarn if "compiling the" in str(w.message)]  # … and did not fall back to eager
+    np.testing.assert_allclose(compiled.loss_trace, eager.loss_trace, rtol=1e-4)
+    np.testing.assert_allclose(compiled.llc_mean, eager.llc_mean, rtol=1e-3)

@@ -84,6 +84,12 @@ class ComputeSettings:
         compiled = self.compile == "on" or (self.compile == "auto" and device.type == "cuda")
         return "default" if compiled else None
 
+    def sampler_compile_mode(self, device: torch.device) -> str | None:
+        """The `torch.compile` mode of the LLC sampler's loss on `device`: 'default' wherever steps are compiled,
+        never CUDA graphs (the chains' weights change in place between calls, which recorded graphs would replay
+        from copies; not measured on a GPU), None when not compiled."""
+        return "default" if self.compile_mode(device) else None
+
     def describe(self, device: torch.device) -> dict[str, str]:
         """The settings as they apply on `device`, for a run's summary."""
         return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}

@@ -362,7 +362,8 @@ class TracingStudy(Study):
         members = self.traced_instances(runs) or pool_groups(runs, range(len(runs)))[0]
         return study_settings(run_dir, folder / LLC_TRACE, runs, members, self.plan.sgld, self.plan.llc_budget,
                               device, self.rules.llc_validity(), self.compute.precision,
-                              stamp={"version": self.version, **self.precision_stamp()}, deadline=self.deadline)
+                              stamp={"version": self.version, **self.precision_stamp()}, deadline=self.deadline,
+                              progress=self.progress, compile_mode=self.compute.sampler_compile_mode(device))
 
     def trace_llc(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device,
                   chosen: StudySettings, weights: str = "all") -> pd.DataFrame:
@@ -377,7 +378,7 @@ class TracingStudy(Study):
                          tag=lambda frame: self.tag(frame, runs, traced),
                          stamp={"version": self.version, **self.precision_stamp()},
                          precision=self.compute.precision, deadline=self.deadline, choice=chosen.reason,
-                         refused=chosen.refused)
+                         refused=chosen.refused, compile_mode=self.compute.sampler_compile_mode(device))
 
     def summarise(self, data: StudyData) -> Any:
         """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD

@@ -86,10 +86,12 @@ def choose_settings(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Te
                     base: SGLDSettings = SGLDSettings(), mask: Tensor | None = None,
                     validity: ValidityLimits = ValidityLimits(), max_steps: int = MAX_STEPS,
                     chance_loss: float | np.ndarray | None = None, precision: str = "fp32",
-                    spectrum: Spectrum | None = None, rows: int | None = None) -> AutoChoice:
+                    spectrum: Spectrum | None = None, rows: int | None = None, progress: bool = False,
+                    compile_mode: str | None = None) -> AutoChoice:
     """Settings for every instance of `model` at w* (inputs as `estimate_llc`; `base` gives nβ, chains, batch and
     seed), from the Hessian `spectrum` (measured here on `rows` pool rows when not given; None: all) and checked as
-    the module docstring says."""
+    the module docstring says; `progress` shows a bar for each try, `compile_mode` compiles the tries' sampler
+    (`estimate_llc`)."""
     spectrum = spectrum or hessian_spectrum(model, loss_fn, tokens, targets, base, mask, rows=rows)
     stiffest = float(np.nanmax(spectrum.stiffest))
     if not np.isfinite(spectrum.shortfall(stiffest)).any():  # no curvature: nothing to resolve, the base is tried
@@ -106,7 +108,8 @@ def choose_settings(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Te
 
     def attempt(role: str, trial: SGLDSettings) -> pd.DataFrame:
         result = estimate_llc(model, loss_fn, tokens, targets, trial, mask=mask, init_loss=anchor,
-                              precision=precision, chance_loss=chance_loss, validity=validity)
+                              precision=precision, chance_loss=chance_loss, validity=validity, progress=progress,
+                              desc=f"LLC settings: {role}", compile_mode=compile_mode)
         results.append(replace(result, resolution=spectrum.resolution(trial)))
         frame = results[-1].to_frame()[["instance", "llc_mean", "llc_se", "acceptance", "invalid", "limited"]]
         frame = frame.assign(role=role, **{name: getattr(trial, name) for name in

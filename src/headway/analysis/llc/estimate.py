@@ -102,7 +102,7 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
                  precision: str = "fp32", max_rows: int | None = None,
                  chance_loss: float | np.ndarray | None = None, train_mode: bool | None = None,
                  validity: ValidityLimits = ValidityLimits(), resolve: bool = False,
-                 resolution_rows: int | None = None) -> LLCResult:
+                 resolution_rows: int | None = None, compile_mode: str | None = None) -> LLCResult:
     """λ̂ = nβ·(mean draw loss − L(w*)) for every instance of `model` (its weights are w*), from
     `settings.chains` SGLD chains each, all run as one batched E·C ensemble (see `headway.analysis.llc.sampler`).
 
@@ -141,7 +141,9 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     `settings="auto"` chooses them for this model (`auto.choose_settings` from the default settings; resolution
     included): the estimate at the settings chosen, or, refused, at the last tried
     with the reason as `invalid`. `settings.preconditioner = "diagonal"` measures the chains' fixed metric at w*
-    first (`precondition.diagonal_preconditioner`, on its own seeded subsample of the pool).
+    first (`precondition.diagonal_preconditioner`, on its own seeded subsample of the pool). `compile_mode` (a
+    `torch.compile` mode such as "default"; None: eager) compiles the sampler's loss and its backward (with an eager
+    fallback): the same numbers to float rounding, faster once the compilation (tens of seconds) is paid for.
     """
     if isinstance(settings, str):
         return _auto(model, loss_fn, tokens, targets, settings, mask, precision, chance_loss, train_mode, validity)
@@ -149,7 +151,7 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
         metric = None if settings.preconditioner == "none" else \
             diagonal_preconditioner(model, loss_fn, tokens, targets, settings, mask)
         result = _estimate(model, loss_fn, tokens, targets, settings, mask, progress, desc, init_loss, precision,
-                           max_rows, chance_loss, validity, metric)
+                           max_rows, chance_loss, validity, metric, compile_mode)
         if resolve:
             result = replace(result, resolution=basin_resolution(model, loss_fn, tokens, targets, settings, mask,
                                                                  rows=resolution_rows))
@@ -173,7 +175,7 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
               settings: SGLDSettings, mask: Tensor | None, progress: bool, desc: str,
               init_loss: tuple[np.ndarray, np.ndarray] | None, precision: str, max_rows: int | None,
               chance_loss: float | np.ndarray | None, validity: ValidityLimits,
-              metric: Tensor | None = None) -> LLCResult:
+              metric: Tensor | None = None, compile_mode: str | None = None) -> LLCResult:
     """`estimate_llc` with the model in its sampling mode (`metric` [E, P]: the chains' fixed diagonal metric)."""
     model, loss_fn, tokens, targets, trainable = prepared(model, loss_fn, tokens, targets, settings, mask, precision)
     if trainable is not None:
@@ -187,7 +189,7 @@ def _estimate(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, 
     init, init_se = loss_at_anchor(model, loss_fn, tokens, targets, settings, init_gen, groups) if init_loss is None \
         else (np.asarray(init_loss[0], dtype=float), np.asarray(init_loss[1], dtype=float))
     trace, died, accept = sample_groups(model, loss_fn, tokens, targets, settings, nbeta, mask, groups, progress, desc,
-                                        metric)
+                                        metric, compile_mode)
     e, c = model.flat.data.shape[0], settings.chains
     trace = trace.double().cpu().numpy().reshape(e, c, settings.draws)
     per_chain = nbeta * (trace.mean(axis=2) - init[:, None])

@@ -22,6 +22,7 @@ from headway.analysis.llc.prepare import checked_loss
 from headway.analysis.llc.replication import replicate
 from headway.analysis.llc.settings import LossFn, SGLDSettings
 from headway.analysis.llc.module_ensemble import error_line
+from headway.compute import Compiled
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
 from headway.progress import tracked
@@ -98,15 +99,20 @@ def gather(data: Tensor, instance: Tensor, index: Tensor) -> Tensor:
 def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
            nbeta: float, mask: Tensor | None, generators: tuple[torch.Generator, torch.Generator],
            progress: bool, desc: str, instances: tuple[int, int] | None = None,
-           drawn: tuple[int, int] | None = None, metric: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+           drawn: tuple[int, int] | None = None, metric: Tensor | None = None,
+           compile_mode: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Run every chain of every instance (or of those in [start, stop) of `instances`, whose pools
     `tokens`, `targets` are); returns the draw losses [E·C, draws] (NaN once a chain died), the step at
     which each chain's loss first became non-finite [E·C] (-1: never) and each chain's mean MALA
     acceptance over the steps after burn-in [E·C] (NaN: none scored). `drawn` (rows, first): the
     generators serve `rows` rows, of which these are rows first … (see `sgld_step`). `metric` [E, P]: each
-    instance's fixed diagonal metric (`precondition.diagonal_preconditioner`), shared by its chains."""
+    instance's fixed diagonal metric (`precondition.diagonal_preconditioner`), shared by its chains. `compile_mode`
+    (a `torch.compile` mode; None: eager) compiles the loss, its backward with it, falling back to eager with a
+    warning where compiling fails (`headway.compute.Compiled`)."""
     batch_gen, noise_gen = generators
     chains = settings.chains
+    if compile_mode is not None:
+        loss_fn = Compiled(loss_fn, "LLC sampler's loss", compile_mode)
     sampler_model = replicate(model, chains, instances)
     flat = sampler_model.flat
     rows = flat.data.shape[0]
@@ -148,18 +154,20 @@ def sample(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, s
 
 def sample_groups(model: nn.Module, loss_fn: LossFn, tokens: Tensor, targets: Tensor, settings: SGLDSettings,
                   nbeta: float, mask: Tensor | None, groups: list[tuple[int, int]], progress: bool,
-                  desc: str, metric: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                  desc: str, metric: Tensor | None = None,
+                  compile_mode: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """`sample` of each instance group in turn, every group on fresh copies of the run's generators, joined
-    (`metric` [E, P]: the instances' fixed diagonal metrics, or None)."""
+    (`metric` [E, P]: the instances' fixed diagonal metrics, or None; `compile_mode` as `sample`'s)."""
     device, chains = model.flat.data.device, settings.chains
     if len(groups) == 1:
         return sample(model, loss_fn, tokens, targets, settings, nbeta, mask,
-                      seeded_generators(settings.seed, device)[1:], progress, desc, metric=metric)
+                      seeded_generators(settings.seed, device)[1:], progress, desc, metric=metric,
+                      compile_mode=compile_mode)
     rows = model.flat.data.shape[0] * chains
     parts = [sample(model, loss_fn, tokens[start:stop], targets[start:stop], settings, nbeta, mask,
                     seeded_generators(settings.seed, device)[1:], progress, f"{desc} {i + 1}/{len(groups)}",
                     instances=(start, stop), drawn=(rows, start * chains),
-                    metric=None if metric is None else metric[start:stop])
+                    metric=None if metric is None else metric[start:stop], compile_mode=compile_mode)
              for i, (start, stop) in enumerate(groups)]
     return tuple(torch.cat(part) for part in zip(*parts))
 

@@ -41,12 +41,14 @@ class StudySettings:
 
 def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], base: SGLDSettings,
                    budget: int | None, device: torch.device | str, validity: ValidityLimits, precision: str = "fp32",
-                   stamp: dict | None = None, deadline: float | None = None) -> StudySettings:
+                   stamp: dict | None = None, deadline: float | None = None, progress: bool = False,
+                   compile_mode: str | None = None) -> StudySettings:
     """The settings for the LLC estimates of the ensemble at `run_dir`: `base` as given when `budget` is None, else
     chosen from `base` (its nβ, chains, batch and seed) by `choose_settings` on `instances` (which share a training
     pool) at the last saved checkpoint, with at most `budget` SGLD steps a chain, judged by `validity`, the Hessian on
     `RESOLUTION_ROWS` pool rows. The choice is saved in `folder` and reused while what it was made from (`stamp`
-    included) is unchanged. Past `deadline` (a `time.time()` value) no new choice starts: TimeLimitReached."""
+    included) is unchanged. Past `deadline` (a `time.time()` value) no new choice starts: TimeLimitReached. `progress`
+    shows a bar for each setting tried; `compile_mode` compiles their sampler (`estimate_llc`)."""
     if budget is None:
         return StudySettings(base, "the plan's SGLD settings, as given (no step budget to choose within)")
     from headway.analysis.llc.auto import choose_settings
@@ -67,7 +69,7 @@ def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances
     tokens, targets = training_pool(first, len(instances), device)
     choice = choose_settings(model, run_loss(first.task, first.train.loss), tokens, targets, base=base,
                              validity=validity, max_steps=budget, chance_loss=uniform_guess_loss(first, targets),
-                             precision=precision, rows=RESOLUTION_ROWS)
+                             precision=precision, rows=RESOLUTION_ROWS, progress=progress, compile_mode=compile_mode)
     refused = "" if choice.settings is not None else f"no SGLD setting qualified: {choice.reason}"
     chosen = StudySettings(choice.settings or base, choice.reason, refused)
     folder.mkdir(parents=True, exist_ok=True)

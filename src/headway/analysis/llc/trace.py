@@ -58,7 +58,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
               count: int | None, device: torch.device | str, progress: bool, schema: TableSchema,
               validity: ValidityLimits, weights: str = "all", tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
               stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None,
-              choice: str = "", refused: str = "") -> pd.DataFrame:
+              choice: str = "", refused: str = "", compile_mode: str | None = None) -> pd.DataFrame:
     """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
     ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
@@ -69,9 +69,9 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     checkpoint is saved to `folder` as it finishes and reused while `stamp` (with the SGLD settings, the validity
     limits and runs) is unchanged. `choice` says why `sgld` (`study_settings.StudySettings.reason`; a column of every
     row), and `refused`, when the settings were chosen per model and none qualified, makes every estimate invalid
-    with that reason. Losses are
-    evaluated at `precision` (`headway.compute`). Once `deadline` (a `time.time()` value) has passed, no
-    further checkpoint is started: TimeLimitReached, with every finished checkpoint kept for the next call."""
+    with that reason. Losses are evaluated at `precision` (`headway.compute`), the sampler's compiled in
+    `compile_mode` (None: eager). Once `deadline` (a `time.time()` value) has passed, no further checkpoint is
+    started: TimeLimitReached, with every finished checkpoint kept for the next call."""
     if not instances:
         return pd.DataFrame()
     first = runs[instances[0]]
@@ -108,7 +108,7 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
         for name, mask in masks.items():
             result = estimate_llc(model, loss, pool_tokens, pool_targets, sgld, mask=mask, init_loss=anchor,
                                   precision=precision, chance_loss=chance, validity=validity, resolve=True,
-                                  resolution_rows=RESOLUTION_ROWS)
+                                  resolution_rows=RESOLUTION_ROWS, compile_mode=compile_mode)
             frame = replace(result, refused=refused).to_frame().assign(choice=choice)
             frame["loss_trace"] = [chains.tolist() for chains in result.loss_trace]  # [chains][draws]
             frame.insert(0, "weights", name)

@@ -86,12 +86,13 @@ def circuit_state(model, task: SortingConfig, tokens: torch.Tensor, thresholds: 
 
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     examples: int, chosen: StudySettings, progress: bool, label: str, rules: SortingRules,
-                    precision: str = "fp32") -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
+                    precision: str = "fp32", compile_mode: str | None = None
+                    ) -> tuple[dict[str, pd.DataFrame], dict[str, torch.Tensor]]:
     """The tables final, ablation, dla, mode_curve, llc_final and mode_sweep of the instances `members` (one task)
     of the ensemble at `run_dir` (`instance` indexing `members`), and their final circuits; the modes follow
     the mode rule's thresholds in `rules` and its sweeps, and the LLC is sampled at the `chosen` settings (invalid
-    when their choice was refused) at `precision` (`headway.compute`) and judged valid or not by the rules' LLC
-    validity limits (`LLCRules.llc_validity`)."""
+    when their choice was refused) at `precision` (`headway.compute`; the sampler's loss compiled in `compile_mode`)
+    and judged valid or not by the rules' LLC validity limits (`LLCRules.llc_validity`)."""
     thresholds = rules.mode_thresholds()
     run = runs[members[0]]
     task = run.task
@@ -111,7 +112,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     result = estimate_llc(model, run_loss(task, run.train.loss), pool_tokens, pool_targets, chosen.settings,
                           progress=progress,
                           desc=f"LLC {label}", precision=precision, validity=rules.llc_validity(), resolve=True,
-                          resolution_rows=RESOLUTION_ROWS)
+                          resolution_rows=RESOLUTION_ROWS, compile_mode=compile_mode)
     curve = []
     few = tokens[:, :256]
     for step in checkpoint_steps(run_dir):

@@ -57,7 +57,8 @@ class SortingStudy(TracingStudy):
         order: list[int] = []
         for members in by_task(runs).values():
             tables, arrays = analyse_members(run_dir, runs, members, device, plan.examples, chosen, self.progress,
-                                             data_label(runs[members[0]]), self.rules, self.compute.precision)
+                                             data_label(runs[members[0]]), self.rules, self.compute.precision,
+                                             self.compute.sampler_compile_mode(device))
             for name, frame in tables.items():
                 parts[name].append(self.tag(frame, runs, members))
             for name, array in arrays.items():
