@@ -45,6 +45,10 @@ def test_auto_resolves_per_device_and_tf32_needs_cuda():
     assert auto.resolved_precision(CPU) == "fp32" and auto.resolved_precision(torch.device("cuda")) == "bf16"
     assert auto.compile_mode(CPU) is None and auto.compile_mode(torch.device("cuda")) == "default"
     assert ComputeSettings(compile="graphs").compile_mode(torch.device("cuda")) == "reduce-overhead"
+    # the LLC sampler is compiled wherever the steps are, but never replayed as CUDA graphs
+    assert ComputeSettings(compile="graphs").sampler_compile_mode(torch.device("cuda")) == "default"
+    assert auto.sampler_compile_mode(CPU) is None and auto.sampler_compile_mode(torch.device("cuda")) == "default"
+    assert ComputeSettings(compile="on").sampler_compile_mode(CPU) == "default"
     with pytest.raises(ConfigError, match="precision = 'tf32' needs a CUDA device"):
         ComputeSettings(precision="tf32").resolved_precision(CPU)
     with pytest.raises(ConfigError, match="compile = 'graphs' .* needs a CUDA device"):
