@@ -57,11 +57,11 @@ def test_the_metric_is_the_inverse_stiffness_of_each_coordinate():
 def test_a_gaussian_basin_is_read_at_its_quadratic_value_in_a_few_hundred_steps():
     model, x, y = stiff_and_soft_regression()
     budget = dict(nbeta=1000.0, localization=0.1, chains=8, burnin=300, draws=300, batch_size=1024)
-    plain = SGLDSettings(lr=0.15 / (1000 * 9.0), **budget)  # the stiffest direction's step as below
-    diagonal = SGLDSettings(lr=0.15, preconditioner="diagonal", **budget)
+    plain = SGLDSettings(lr=0.1 / (1000 * 9.0), **budget)  # the stiffest direction's step as below
+    diagonal = SGLDSettings(lr=0.1, preconditioner="diagonal", **budget)
     rows = {name: estimate_llc(model, plain_gaussian_nll, x, y, s, resolve=True).to_frame().iloc[0]
             for name, s in (("plain", plain), ("diagonal", diagonal))}
-    expected = rows["plain"].quadratic_llc  # ½·Σ nβh/(nβh + γ): 5.6 of the 6 the 12 directions allow
+    expected = rows["plain"].quadratic_llc  # ½·Σ nβh/(nβh + γ): 5.9 of the 6 the 12 directions allow
     assert rows["diagonal"].invalid == "" and rows["diagonal"].limited == ""
     assert abs(rows["diagonal"].llc_mean / expected - 1) < 0.1
     assert rows["plain"].llc_mean < 0.8 * expected  # the soft directions have not relaxed in 300 steps
