@@ -93,3 +93,9 @@ def test_a_noisy_choice_is_refused_not_passed_on_its_standard_errors():
                              chance_loss=0.5 * y.double().pow(2).sum(dim=-1).mean().item())
     assert choice.settings is None and "is not resolved to 10%" in choice.reason
     assert choice.result.to_frame().invalid.iloc[0].startswith("no SGLD setting qualified")
+
+
+def test_a_preconditioned_base_is_refused_before_anything_is_measured(tanh):
+    net, x, y, _ = tanh
+    with pytest.raises(ConfigError, match="preconditioner = 'diagonal' cannot be chosen for"):
+        choose_settings(net, plain_gaussian_nll, x, y, base=SGLDSettings(preconditioner="diagonal"))

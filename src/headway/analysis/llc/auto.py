@@ -33,6 +33,7 @@ from headway.analysis.llc.module_ensemble import ModuleLossFn
 from headway.analysis.llc.resolution import Spectrum, hessian_spectrum
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
 from headway.analysis.llc.validity import ValidityLimits
+from headway.errors import ConfigError
 
 STEP_SCALE = 0.2  # ε·nβ·h_max: the stiffest direction's step (the defaults take 0.08 for unit curvature; the tanh
 # member reads +2% at 0.3)
@@ -91,7 +92,10 @@ def choose_settings(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Te
     """Settings for every instance of `model` at w* (inputs as `estimate_llc`; `base` gives nβ, chains, batch and
     seed), from the Hessian `spectrum` (measured here on `rows` pool rows when not given; None: all) and checked as
     the module docstring says; `progress` shows a bar for each try, `compile_mode` compiles the tries' sampler
-    (`estimate_llc`)."""
+    (`estimate_llc`). A preconditioned base is refused: the step is set in weight units, for plain SGLD."""
+    if base.preconditioner != "none":
+        raise ConfigError(f"preconditioner = {base.preconditioner!r} cannot be chosen for: choose_settings sets plain "
+                          "SGLD's step in weight units; give a base with preconditioner='none'")
     spectrum = spectrum or hessian_spectrum(model, loss_fn, tokens, targets, base, mask, rows=rows)
     stiffest = float(np.nanmax(spectrum.stiffest))
     if not np.isfinite(spectrum.shortfall(stiffest)).any():  # no curvature: nothing to resolve, the base is tried
