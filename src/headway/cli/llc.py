@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from headway.analysis.llc.settings import PRECONDITIONERS
 from headway.cli.options import OutputPath, option_flag, parse_value, parse_values
 from headway.errors import ConfigError
 from headway.limits import MAX_BATCH, MAX_LIST, MAX_STEPS
@@ -53,7 +54,7 @@ def llc() -> None:
               help="Replace the base draws (at the reference ε; each ε samples as long as it does).")
 @click.option("--burnin", default=None, metavar="N", help="Replace the base burn-in steps (at the reference ε).")
 @click.option("--seed", default=None, metavar="N", help="Replace the sampler's seed.")
-@click.option("--preconditioner", default=None, type=click.Choice(["none", "diagonal"]),
+@click.option("--preconditioner", default=None, type=click.Choice(PRECONDITIONERS),
               help="Replace the base sampler: none (plain SGLD) or diagonal (a fixed metric 1/(nβ·Hᵢᵢ + γ) measured "
                    "at w*; ε is then the step in units of each coordinate's stiffness).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1, …")

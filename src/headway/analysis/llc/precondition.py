@@ -29,7 +29,6 @@ ROWS = 1024  # pool rows the Hessian-vector products are taken on (seeded subsam
 FLOOR = 1e-6  # a coordinate's stiffness is at least this share of the instance's largest: P stays bounded at γ = 0
 
 
-@torch.no_grad()
 def diagonal_preconditioner(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tensor, targets: Tensor,
                             settings: SGLDSettings, mask: Tensor | None = None, probes: int = PROBES,
                             rows: int | None = ROWS) -> Tensor:
@@ -37,13 +36,12 @@ def diagonal_preconditioner(model: nn.Module, loss_fn: LossFn | ModuleLossFn, to
     inputs taken as `estimate_llc` takes them; Hᵢᵢ from `probes` Hutchinson probes on `rows` pool rows (seeded by
     `settings.seed`). Coordinates off the mask get 1 (they do not move)."""
     nbeta = default_nbeta(settings.batch_size) if settings.nbeta is None else settings.nbeta
-    with torch.enable_grad():
-        apply, e, p, keep = hessian_operator(model, loss_fn, tokens, targets, settings, mask, rows)
-        generator = torch.Generator().manual_seed(settings.seed + 1)  # not the spectrum's probes
-        diagonal = torch.zeros(e, p, dtype=torch.float64)
-        for _ in range(probes):
-            z = torch.randint(0, 2, (e, p), generator=generator).float() * 2 - 1
-            diagonal += (z * apply(z).cpu()).double()
+    apply, e, p, keep = hessian_operator(model, loss_fn, tokens, targets, settings, mask, rows)
+    generator = torch.Generator().manual_seed(settings.seed + 1)  # not the spectrum's probes
+    diagonal = torch.zeros(e, p, dtype=torch.float64)
+    for _ in range(probes):
+        z = torch.randint(0, 2, (e, p), generator=generator).float() * 2 - 1
+        diagonal += (z * apply(z).cpu()).double()  # apply's products carry no graph: nothing accumulates
     stiffness = nbeta * (diagonal / probes).clamp_min(0.0) + settings.localization
     stiffness = torch.maximum(stiffness, FLOOR * stiffness.amax(dim=1, keepdim=True))
     stiffness = torch.where(stiffness > 0, stiffness, torch.ones_like(stiffness))  # γ = 0 and no curvature at all
