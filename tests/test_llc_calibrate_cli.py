@@ -56,6 +56,16 @@ def test_the_preconditioned_sampler_is_a_base_option(trained, tmp_path, capsys):
     assert tables["diagonal"].llc_mean.notna().all() and tables["diagonal"].llc_mean.abs().max() < 1e3
 
 
+def test_a_preconditioned_sweep_is_not_timed_against_a_plain_plans_step(trained, tmp_path, capsys):
+    """The modular plan's ε 1e-4 is in weight units; a preconditioned ε 0.1 must not run 1e-3 × its steps."""
+    csv = tmp_path / "table.csv"
+    status = main(["llc", "calibrate", str(trained), *CHEAP, "--study", "modular", "--preconditioner", "diagonal",
+                   "--lr", "0.1,0.05", "--batch-size", "32", "--out", str(csv)])
+    assert status == 0, capsys.readouterr().err
+    table = pd.read_csv(csv)
+    assert set(zip(table.lr, table.draws)) == {(0.1, 5), (0.05, 10)}  # the largest ε is the reference
+
+
 @pytest.mark.parametrize(("args", "fragment"), [
     (["--lr", "-1e-3"], "lr = -0.001 is invalid"),
     (["--lr", "1e-3,1e-3"], "--lr lists 0.001 twice"),

@@ -68,7 +68,8 @@ def calibrate(run_paths: tuple[Path, ...], instances: str, steps: str, lr: str |
 
     RUN is an ensemble folder or any folder above some (a `headway train --out` or a study's `runs/`). Each
     instance is sampled on its own training pool with its own loss. Each ε samples for the reference ε's time
-    (burn-in and draws scaled by reference ε / ε): the reference is the --study plan's ε, else the largest --lr.
+    (burn-in and draws scaled by reference ε / ε): the reference is the --study plan's ε, else (or when
+    --preconditioner changes the plan's sampler, and with it ε's units) the largest --lr.
 
     Example: headway llc calibrate runs/sort --instances 0,1 --lr 3e-6,1.5e-6,7.5e-7 --batch-size 32,64,128
     """
@@ -77,7 +78,8 @@ def calibrate(run_paths: tuple[Path, ...], instances: str, steps: str, lr: str |
 
     base = base_settings(study, scale, base_values)
     lrs = number_list("lr", lr, float) if lr is not None else [2 * base.lr, base.lr, base.lr / 2]
-    if lr is not None and study is None:
+    plan_step = study is not None and base.preconditioner == study_sgld(study, scale).preconditioner
+    if lr is not None and not plan_step:  # the plan's ε is no reference in another sampler's units
         base = replace(base, lr=max(lrs))
     batches = (number_list("batch_size", batch_size, int) if batch_size is not None
                else [b for b in (base.batch_size // 2, base.batch_size, 2 * base.batch_size) if b >= 1])
