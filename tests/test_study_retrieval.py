@@ -10,6 +10,7 @@ import pytest
 
 from headway.cli.main import main
 from headway.errors import ConfigError
+from headway.runs import layout
 from headway.studies.retrieval.plan import RetrievalPlan, gpu_projection, study_plan
 from headway.studies.retrieval.rules import RetrievalRules
 from headway.studies.retrieval.verdicts import CIRCUIT_CLAIM, COMPOSITION_CLAIM, DEPTH_CLAIM, REACH_CLAIM, STACKED_CLAIM
@@ -194,3 +195,42 @@ def test_dry_run_prints_the_cost_and_trains_nothing(tmp_path, capsys):
     assert not out.exists()
     assert main(["study", "retrieval", "--out", str(out), "--hops", "1..5", "--vocab", "24", "--dry-run"]) == 0
     assert "depth: 54 runs in 18 ensemble(s)" in capsys.readouterr().out
+
+
+def test_accuracy_is_split_by_link_order_beside_what_the_flow_allows(study):
+    """Two hops need two causal layers in either order: one layer reaches no order, so its runs have no reachable
+    accuracy (missing, not zero) and the two-layer runs are solved in every order."""
+    orders = pd.read_csv(study / "order_table.csv", dtype={"link_order": str})
+    assert (orders.groupby("run_id").examples.sum() == 16384).all()
+    assert set(orders[orders.hops == 2].link_order) == {"12", "21"} and set(orders[orders.hops == 1].link_order) == {"1"}
+    assert (orders[(orders.hops == 2) & (orders.layers == 1)].reachable == 0).all()
+    assert (orders[orders.layers >= orders.hops].reachable == 1).all()
+    results = pd.read_csv(study / "results.csv")
+    one_layer = results[(results.hops == 2) & (results.layers == 1)]
+    assert one_layer.reachable_accuracy.isna().all() and (one_layer.unreachable_accuracy < 0.6).all()
+    two = results[(results.hops == 2) & (results.layers == 2)]
+    assert (two.reachable_accuracy >= 0.9).all() and (two.reachable_orders_solved == 1.0).all()
+    phase = pd.read_csv(study / "phase_table.csv").set_index(["layers", "hops"])
+    assert phase.loc[(2, 2), "solved_in_reachable"] == True  # noqa: E712 (a nullable column read back)
+    assert pd.isna(phase.loc[(1, 2), "solved_in_reachable"])
+    html = (study / "report.html").read_text()
+    assert "Accuracy per link order" in html and (study / "figures" / "order_accuracy.png").is_file()
+
+
+def test_an_analysis_from_before_the_order_table_is_read_without_it(study, tmp_path, capsys):
+    """Results whose weights were not kept cannot be analysed again: a version-6 analysis stays current, its
+    order table reads as missing, and the report says so instead of leaving an old table behind."""
+    import shutil
+
+    copy = tmp_path / "old"
+    shutil.copytree(study, copy)
+    for done in (copy / "analysis").rglob("done.json"):
+        (done.parent / "orders.parquet").unlink()
+        layout.write_json(done, {**layout.read_json(done), "version": 6})
+    for weights in (copy / "runs").rglob("*.safetensors"):
+        weights.unlink()  # analysing again would now fail: the test proves it is not attempted
+    assert main([*ARGS, "--out", str(copy)]) == 0
+    assert not (copy / "order_table.csv").exists()
+    assert "analysed before the per-order table existed" in (copy / "report.html").read_text()
+    phase = pd.read_csv(copy / "phase_table.csv")
+    assert phase.solved_in_reachable.isna().all() and phase.reachable_accuracy.isna().all()

@@ -121,6 +121,10 @@ class Study(ABC):
     run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
     schemas: ClassVar[dict[str, TableSchema]]  # each per-ensemble analysis table's columns, checked on write and read
     version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
+    # tables added by a version bump that changed nothing else: version → the tables it added. A cache of an
+    # earlier version (results whose weights were not kept cannot be analysed again) stays current without
+    # them, and reads them as empty tables
+    added_tables: ClassVar[dict[int, tuple[str, ...]]] = {}
     rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
     results_file: ClassVar[str] = "results.csv"  # its per-run table, which a sweep of cells gathers (`studies.cells`)
 
@@ -258,18 +262,38 @@ class Study(ABC):
 
         folder = self.out / ANALYSIS / run_dir.name
         done = folder / DONE
-        if not done.is_file() or not all((folder / f"{name}.parquet").is_file() for name in self.schemas):
+        if not done.is_file():
             return False
         stamp = {k: v for k, v in layout.read_json(done).items() if k != "seconds"}
+        version = stamp.get("version")
+        lacking = self.lacks(version) if isinstance(version, int) else None
+        if lacking is None or not all((folder / f"{name}.parquet").is_file()
+                                      for name in self.schemas if name not in lacking):
+            return False
         runs = load_runs(run_dir)
-        return any(stamp == self.analysis_stamp(runs, rules) for rules in self.rules.stamps("analysis"))
+        return any({**stamp, "version": self.version} == self.analysis_stamp(runs, rules)
+                   for rules in self.rules.stamps("analysis"))
+
+    @classmethod
+    def lacks(cls, version: int) -> set[str] | None:
+        """The tables an analysis of `version` may lack and still be current: none at the study's version, those
+        `added_tables` names for every later bump when each bump only added tables; None (stale) otherwise."""
+        later = range(version + 1, cls.version + 1)
+        if version > cls.version or any(v not in cls.added_tables for v in later):
+            return None
+        return {name for v in later for name in cls.added_tables[v]}
 
     def cached(self, run_dir: Path) -> dict[str, pd.DataFrame] | None:
-        """The analysis tables of one ensemble from its cache, or None when absent or stale."""
+        """The analysis tables of one ensemble from its cache, or None when absent or stale; a table its version
+        predates (`added_tables`) is read as an empty table."""
         if not self.is_cached(run_dir):
             return None
+        import pandas as pd
+
         folder = self.out / ANALYSIS / run_dir.name
-        return {name: layout.read_table(folder / f"{name}.parquet", schema) for name, schema in self.schemas.items()}
+        return {name: (layout.read_table(path, schema) if (path := folder / f"{name}.parquet").is_file()
+                       else pd.DataFrame())
+                for name, schema in self.schemas.items()}
 
     def tag(self, frame: pd.DataFrame, runs: list[RunConfig], members: list[int]) -> pd.DataFrame:
         """`frame` (rows of a sub-ensemble, `instance` indexing `members`) with the run's id, the

@@ -21,6 +21,7 @@ from headway.analysis.retrieval.interventions import HeadIntervention, head_effe
 from headway.tasks.retrieval.positions import map_statements
 from headway.analysis.retrieval.probes import depth_probes, probe_examples
 from headway.analysis.retrieval.faithfulness import circuit_check
+from headway.analysis.retrieval.orders import ORDER_EXAMPLES, order_accuracy
 from headway.analysis.retrieval.paths import path_patching
 from headway.analysis.retrieval.roles import attention_roles, name_circuit
 from headway.analysis.retrieval.sensitivity import circuit_sensitivity
@@ -34,7 +35,7 @@ CURVE_EXAMPLES = 256  # of those, the ones scored at every checkpoint: attention
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     rules: RetrievalRules, examples: int = EXAMPLES,
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
-    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition) for
+    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition, orders) for
     the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
     analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random sets, their
     sweeps)."""
@@ -56,6 +57,8 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     probed = generate(task, max(examples, probe_examples(model_cfg.d_model, task.vocab)),
                       np.random.default_rng(ANALYSIS_SEED))
     probes = depth_probes(model, task, probed, map_statements(task, probed))
+    ordered = generate(task, ORDER_EXAMPLES, np.random.default_rng(ANALYSIS_SEED))
+    orders = order_accuracy(model, task, ordered, map_statements(task, ordered))
     curves = []
     few = batch.subset(slice(0, curve_examples))
     few_map = map_statements(task, few)
@@ -65,4 +68,5 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         frame.insert(0, "step", step)
         curves.append(frame)
     return {"heads": heads, "circuit": circuit, "paths": paths, "circuit_sensitivity": sensitivity,
-            "head_curves": pd.concat(curves, ignore_index=True), "probes": probes, "composition": composition}
+            "head_curves": pd.concat(curves, ignore_index=True), "probes": probes, "composition": composition,
+            "orders": orders}

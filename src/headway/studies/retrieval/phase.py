@@ -28,6 +28,9 @@ from headway.analysis.retrieval.probes import depth_probes, probe_examples
 from headway.analysis.retrieval.reach import accuracy_ceiling, reachable_fraction
 from headway.tasks.retrieval.generator import generate
 
+# what a cell's row takes from its runs' per-order summaries (`orders.run_order_summary`), as means over seeds
+ORDER_COLUMNS = ("run_id", "reachable_accuracy", "unreachable_accuracy", "reachable_orders_solved")
+
 
 def run_mechanisms(final: pd.DataFrame, probes: pd.DataFrame, heads: pd.DataFrame, composition: pd.DataFrame,
                    rule: MechanismRule) -> pd.DataFrame:
@@ -69,11 +72,18 @@ def mechanism_evidence(sweep: Path | str, run_ids: set[str], read_level: float, 
 
 
 def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.DataFrame,
-                threshold: float) -> pd.DataFrame:
+                threshold: float, order_runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per plain IC cell (formulation, hops, layers): accuracy over seeds, the reachable
     fraction and ceiling, whether it is solvable and solved, mechanism counts among its runs, and the
-    median step at which its solved runs first reached `threshold`."""
+    median step at which its solved runs first reached `threshold`; with `order_runs`
+    (`orders.run_order_summary`), the accuracy in the link orders the flow lets through at the cell's depth
+    and in the others, the share of reachable orders solved, and `solved_in_reachable` (reachable-order
+    accuracy ≥ `threshold`; missing, never False, where the runs have no per-order table)."""
     runs = final[(final.part == "plain") & (final.curriculum == "ic")].merge(mechanism_class, on="run_id", how="left")
+    if order_runs is None or order_runs.empty:
+        order_runs = pd.DataFrame({"run_id": pd.Series(dtype=object),
+                                   **{column: pd.Series(dtype=float) for column in ORDER_COLUMNS[1:]}})
+    runs = runs.merge(order_runs[list(ORDER_COLUMNS)], on="run_id", how="left")
     if runs.empty:
         return pd.DataFrame()
     first = _first_solved_step(metrics[metrics.run_id.isin(runs.run_id)], threshold)
@@ -84,7 +94,8 @@ def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.
                   accuracy_max=("val_accuracy", "max"), seeds=("seed", "nunique"), chains=("chains", "first"),
                   steps=("step", "max"), solved_runs=("solved", "sum"),
                   **{_count_column(kind): ("mechanism", _counter(kind)) for kind in MECHANISMS},
-                  median_solved_step=("solved_step", "median"))
+                  median_solved_step=("solved_step", "median"),
+                  **{column: (column, "mean") for column in ORDER_COLUMNS[1:]})
              .reset_index())
     bounds = [reachable_fraction(int(r.hops), int(r.layers), r.attention, r.order, r.layout)
               for r in table.itertuples()]
@@ -92,6 +103,8 @@ def phase_table(final: pd.DataFrame, metrics: pd.DataFrame, mechanism_class: pd.
     table["ceiling"] = [accuracy_ceiling(b.fraction, int(k)) for b, k in zip(bounds, table.chains, strict=True)]
     table["solvable"] = table.ceiling >= threshold
     table["solved"] = table.accuracy >= threshold
+    table["solved_in_reachable"] = pd.array([pd.NA if np.isnan(a) else bool(a >= threshold)
+                                             for a in table.reachable_accuracy.astype(float)], dtype="boolean")
     table["beyond_linear"] = table.hops > table.layers
     table["chance_roots"] = 1.0 / table.chains
     return table

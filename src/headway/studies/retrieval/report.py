@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from headway.plots.depth import plot_depth
+from headway.plots.orders import plot_order_accuracy
 from headway.plots.phase import plot_learning_curves, plot_phase_diagram
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.report.figures import fresh_figures
@@ -35,6 +36,10 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
         layout.write_text(out / "phase_table.csv", tables.phase.to_csv(index=False))
     if not tables.factors.empty:
         layout.write_text(out / "factor_table.csv", tables.factors.to_csv(index=False))
+    if not tables.orders.empty:
+        layout.write_text(out / "order_table.csv", tables.orders.to_csv(index=False))
+    else:  # a table left by an earlier report would describe other analyses
+        (out / "order_table.csv").unlink(missing_ok=True)
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
@@ -51,6 +56,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     _overview(report, data, tables.final)
     _depth_section(report, tables.depth, tables.minimal, figures, rules)
     _phase_section(report, data, tables, out / RUNS, figures)
+    _order_section(report, tables, figures, rules)
     _factor_section(report, tables.factors, rules)
     _mechanism_section(report, out / RUNS, tables, figures)
     _emergence_section(report, tables, figures, rules)
@@ -181,6 +187,29 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
                                "attending statement, columns: attended statement; red: the queried chain).")
     report.figure(diagram, "Its circuit, found automatically: roles per head, circuit heads outlined with their "
                            "mean-ablation accuracy drop Δ.")
+
+
+def _order_section(report: Report, tables: RetrievalTables, figures: Path, rules: RetrievalRules) -> None:
+    report.section("Accuracy per link order")
+    if tables.orders.empty:
+        report.paragraph("These runs were analysed before the per-order table existed (analysis version 6), and "
+                         "their weights were not kept, so their accuracy is not split by link order here.")
+        return
+    report.paragraph(
+        "Each model answered fresh examples (16384, about 140 per order at D = 5), split by the order in which the "
+        "queried chain's links appear (`132`: the root link 1, then link 3, then link 2; beyond five hops by order "
+        "class, `<` where a link's root-ward neighbour comes first). An order is reachable when the information "
+        "flow of the model's attention brings x₀ to the query within its layers (`headway reach`). A cell's "
+        "accuracy in the reachable orders weighs each order the same, so a failing class counts by the orders it "
+        f"holds, not by its share of the examples; `solved_in_reachable` applies the solved level "
+        f"({rules.solved_accuracy:g}) to it (docs/study-retrieval.md, \"Accuracy per link order\").")
+    if tables.orders.groupby([*(c for c in FORMULATION if c in tables.orders.columns), "hops", "layers"]).order_class.nunique().gt(1).any():
+        path = plot_order_accuracy(tables.orders, figures / "order_accuracy.png")
+        report.figure(path, "Final-hop accuracy per link order, one row per seed; columns sorted by the layers the "
+                            "flow needs in that order; hatched orders cannot be answered at the cell's depth.")
+    report.table(tables.order_runs, "Per run: order rows, those reachable at its depth, the fewest examples of a "
+                                    "row, mean accuracy over reachable and over unreachable orders, the share of "
+                                    "reachable orders solved and the worst reachable order.")
 
 
 def _maps_figure(report: Report, maps: Path | None, caption: str) -> None:

@@ -45,4 +45,8 @@ SCHEMAS = {
         "instance": "int", "clean_accuracy": "float", "composing_heads": "str", "composing_drop": "float",
         "control_sets": "int", "control_drop": "float", "uniform_next": "float", "uniform_prev": "float",
         **_TAGS}),
+    # accuracy per link order of the queried chain (per order class beyond five hops): `headway.analysis.retrieval.orders`
+    "orders": TableSchema.of({
+        "instance": "int", "link_order": "str", "order_class": "str", "examples": "int", "correct": "int",
+        "accuracy": "float", "reachable": "float", "layers_needed": "int", **_TAGS}),
 }

@@ -28,7 +28,8 @@ class RetrievalStudy(Study):
     scales = STUDY_SCALES
     run_settings = ("steps", "vocab", "chains", "d_model", "loss")
     schemas = SCHEMAS
-    version = 6  # 6: probes sized by d_model and vocab, with train accuracy; the composition check
+    version = 7  # 6: probes sized by d_model and vocab, with train accuracy; the composition check; 7: orders
+    added_tables = {7: ("orders",)}  # a version-6 analysis is current without its per-order table
     rules_class = RetrievalRules
 
     def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:

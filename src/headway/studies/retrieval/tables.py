@@ -24,6 +24,7 @@ from headway.studies.retrieval.phase import phase_table, run_mechanisms
 from headway.studies.retrieval.rules import RetrievalRules, carries_answer
 from headway.studies.verdict import Verdict
 from headway.analysis.retrieval.faithfulness import faithfulness
+from headway.analysis.retrieval.orders import run_order_summary
 from headway.analysis.retrieval.probes import probe_reach
 from headway.analysis.retrieval.roles import role_columns
 
@@ -64,6 +65,8 @@ class RetrievalTables:
     mechanism_class: pd.DataFrame  # per plain run: its mechanism (MECHANISMS), why, and the evidence
     phase: pd.DataFrame  # the depth phase diagram: per formulation, hops and layers (phase_table)
     factors: pd.DataFrame  # composing runs per level of one factor with the others fixed (factors.factor_table)
+    orders: pd.DataFrame  # accuracy per run and link order (or order class), beside the flow (analysis.retrieval.orders)
+    order_runs: pd.DataFrame  # per run: accuracy in the orders its depth lets through and in the others
 
 
 def summarise(data: StudyData) -> RetrievalTables:
@@ -123,16 +126,29 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
     cells = ic_cells(final)
     minimal = measured_min_layers(depth, by=facets)
     reach = probe_reach_table(data.tables["probes"], final, rules.reach_accuracy)
+    orders = order_rows(data.tables.get("orders", pd.DataFrame()), final)
+    order_runs = run_order_summary(orders, rules.solved_accuracy)
     mechanism_class = run_mechanisms(final, data.tables["probes"], heads, data.tables["composition"],
                                      rules.mechanism_rule())
     return RetrievalTables(final=final, depth=depth, minimal=minimal, mechanism=mechanism, paths=paths,
                            reach=reach, curves=curves, hops=hops,
                            emergence=emergence_summary(curves, cells, **emerge),
                            hop_emergence=emergence_summary(hops, cells, expected=hop_order, **emerge),
-                           results=results_table(mechanism, reach, curves, mechanism_class, **emerge), heads=heads,
-                           probes=data.tables["probes"], mechanism_class=mechanism_class,
-                           phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy),
-                           factors=factor_table(final, mechanism_class, rules))
+                           results=results_table(mechanism, reach, curves, mechanism_class, **emerge)
+                           .merge(order_runs, on="run_id", how="left"),
+                           heads=heads, probes=data.tables["probes"], mechanism_class=mechanism_class,
+                           phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy, order_runs),
+                           factors=factor_table(final, mechanism_class, rules), orders=orders, order_runs=order_runs)
+
+
+def order_rows(orders: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """The analysis' per-order table of the study's runs, each row with its run's cell and seed in front (empty
+    for results analysed before the table existed)."""
+    if orders.empty:
+        return pd.DataFrame()
+    facets = [f for f in FACETS if f in final.columns]
+    cells = final[["run_id", *facets, "hops", "layers", "seed"]]
+    return cells.merge(orders.drop(columns=["instance"], errors="ignore"), on="run_id")
 
 
 def final_runs(metrics: pd.DataFrame, solved: float) -> pd.DataFrame:

@@ -1,0 +1,89 @@
+"""Accuracy per link order: the order an example's queried chain is laid out in, the layers the information flow
+needs in it, and the per-run summary that weighs every order the same."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headway.analysis.retrieval.orders import (layers_needed, link_orders, order_classes, order_names,
+                                               run_order_summary)
+from headway.analysis.retrieval.reach import reachable_fraction
+from headway.studies.retrieval.study import RetrievalStudy
+from headway.tasks.retrieval import generate
+from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.positions import map_statements
+
+
+def _read_orders(batch, hops: int) -> list[str]:
+    """Each example's link order read straight from its statements: link k is the statement [x_k, x_{k-1}]."""
+    names = []
+    for chain, statements in zip(batch.chain, batch.statements, strict=True):
+        x = chain[::-1]  # x_0 … x_D
+        where = {k: i for i, (left, right) in enumerate(statements) for k in range(1, hops + 1)
+                 if left == x[k] and right == x[k - 1]}
+        names.append("".join(str(k) for k in sorted(where, key=where.get)))
+    return names
+
+
+@pytest.mark.parametrize(("order", "layout"), [("shuffled", "packed"), ("shuffled", "flat"), ("chain", "packed")])
+def test_link_orders_name_the_sequence_the_links_appear_in(order, layout):
+    task = RetrievalConfig(hops=4, chains=3, vocab=24, order=order, layout=layout)
+    batch = generate(task, 300, 3)
+    names = order_names(link_orders(map_statements(task, batch)))
+    assert list(names) == _read_orders(batch, 4)
+    if order == "chain":
+        assert set(names) == {"1234"}  # forward hop order: the root link x₁ = x₀ first
+    else:
+        assert len(set(names)) == 24
+
+
+def test_order_classes_say_which_neighbour_comes_first():
+    orders = np.array([[0, 1, 2], [2, 1, 0], [1, 0, 2], [0, 2, 1]])  # "123", "321", "213", "132"
+    assert list(order_names(orders)) == ["123", "321", "213", "132"]
+    assert list(order_classes(orders)) == ["<<", ">>", "><", "<>"]
+
+
+@pytest.mark.parametrize("layout", ["packed", "flat"])
+def test_layers_needed_agree_with_the_reachable_fraction_over_every_order(layout):
+    every = np.array(list(itertools.permutations(range(4))))
+    needed = layers_needed(every, "causal", layout)
+    for layers in range(1, 6):
+        assert (needed <= layers).mean() == pytest.approx(reachable_fraction(4, layers, "causal", "shuffled",
+                                                                             layout).fraction)
+    assert (layers_needed(every, "bidirectional", "packed") == layers_needed(every[:1], "bidirectional",
+                                                                               "packed")[0]).all()
+
+
+def _rows(run_id: str, accuracy: list[float], reachable: list[float], examples: int = 100) -> pd.DataFrame:
+    return pd.DataFrame({"run_id": run_id, "link_order": [f"o{i}" for i in range(len(accuracy))],
+                         "order_class": "<", "examples": examples, "correct": [round(a * examples) for a in accuracy],
+                         "accuracy": accuracy, "reachable": reachable, "layers_needed": 2})
+
+
+def test_the_run_summary_weighs_every_reachable_order_the_same_and_keeps_missing_values_missing():
+    table = pd.concat([_rows("a", [1.0, 1.0, 0.95, 0.0, 0.2], [1, 1, 1, 1, 0]),
+                       _rows("b", [0.3, 0.4], [0, 0]),
+                       _rows("c", [1.0, 0.5, 0.1], [1, 0.5, 0])], ignore_index=True)
+    summary = run_order_summary(table, 0.9).set_index("run_id")
+    a = summary.loc["a"]
+    assert a.reachable_orders == 4 and a.reachable_accuracy == pytest.approx(2.95 / 4)
+    assert a.unreachable_accuracy == pytest.approx(0.2) and a.reachable_orders_solved == pytest.approx(0.75)
+    assert a.worst_order == "o3" and a.worst_order_accuracy == 0.0
+    b = summary.loc["b"]  # no reachable order: nothing to say about them, not zero
+    assert b.reachable_orders == 0 and math.isnan(b.reachable_accuracy) and math.isnan(b.reachable_orders_solved)
+    assert b.worst_order == "" and b.unreachable_accuracy == pytest.approx(0.35)
+    c = summary.loc["c"]  # a class only partly reachable counts on neither side
+    assert c.reachable_accuracy == 1.0 and c.unreachable_accuracy == pytest.approx(0.1)
+    assert run_order_summary(pd.DataFrame(), 0.9).empty
+
+
+def test_an_analysis_from_before_the_order_table_stays_current_without_it():
+    assert RetrievalStudy.lacks(RetrievalStudy.version) == set()
+    assert RetrievalStudy.lacks(6) == {"orders"}
+    assert RetrievalStudy.lacks(5) is None  # version 6 changed the probes: older analyses are stale
+    assert RetrievalStudy.lacks(RetrievalStudy.version + 1) is None
