@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -210,6 +211,9 @@ def test_accuracy_is_split_by_link_order_beside_what_the_flow_allows(study):
     assert one_layer.reachable_accuracy.isna().all() and (one_layer.unreachable_accuracy < 0.6).all()
     two = results[(results.hops == 2) & (results.layers == 2)]
     assert (two.reachable_accuracy >= 0.9).all() and (two.reachable_orders_solved == 1.0).all()
+    two_hop = orders[(orders.hops == 2) & (orders.layers == 2)]
+    assert (two_hop.hop1_accuracy >= 0.9).all() and np.allclose(two_hop.hop2_accuracy, two_hop.accuracy)
+    assert orders[orders.hops == 1].hop2_accuracy.isna().all()
     phase = pd.read_csv(study / "phase_table.csv").set_index(["layers", "hops"])
     assert phase.loc[(2, 2), "solved_in_reachable"] == True  # noqa: E712 (a nullable column read back)
     assert pd.isna(phase.loc[(1, 2), "solved_in_reachable"])

@@ -10,6 +10,8 @@ splits the accuracy by order so a cell can be judged in the orders the flow allo
 - Its **class** says for each pair of chain neighbours (link k, link k+1) whether the root-ward link comes first
   ("<") or later (">"), k = 1..D-1: which way a link must read its neighbour to gather the chain. Orders of one
   class need the same composition directions; the class does not fix the layers an order needs.
+- **hop{n}_accuracy** (IC only, n = 1..D) is the accuracy of the read-out's hop-n block, x_{D-n}: where in the
+  chain an order's answers break.
 - **layers_needed** is the fewest layers after which the flow (`headway.tasks.retrieval.flow`) holds x_0 at
   the read-out position in that order; **reachable** says whether the model's depth is enough.
 
@@ -74,14 +76,16 @@ def layers_needed(orders: np.ndarray, attention: str, layout: str) -> np.ndarray
 
 
 @torch.no_grad()
-def answer_hits(model: EnsembleTransformer, tokens: np.ndarray, answer: np.ndarray, vocab: int) -> np.ndarray:
-    """[E, N] whether each instance's final-hop read-out names the answer, BATCH examples a pass."""
+def block_hits(model: EnsembleTransformer, tokens: np.ndarray, targets: np.ndarray, vocab: int) -> np.ndarray:
+    """[E, N, B] whether each instance's read-out block b names `targets[:, b]` (B blocks of `vocab` logits, the
+    last the answer), BATCH examples a pass."""
     device = next(model.parameters()).device
+    blocks = targets.shape[1]
     hits = []
     for start in range(0, len(tokens), BATCH):
         out = model(instance_tokens(tokens[start:start + BATCH], model.n_instances, device))
-        predicted = out[..., -vocab:].argmax(dim=-1).cpu().numpy()
-        hits.append(predicted == answer[None, start:start + BATCH])
+        logits = out[..., -blocks * vocab:].unflatten(-1, (blocks, vocab))
+        hits.append(logits.argmax(dim=-1).cpu().numpy() == targets[None, start:start + BATCH])
     return np.concatenate(hits, axis=1)
 
 
@@ -96,22 +100,26 @@ def order_accuracy(model: EnsembleTransformer, task: RetrievalConfig, batch: Ret
         return pd.DataFrame(columns=list(COLUMNS))
     orders = link_orders(smap)[full]
     needed = layers_needed(orders, model.cfg.attention, task.layout)
-    hits = answer_hits(model, batch.tokens[full], batch.answer[full], task.vocab)
+    ic = task.curriculum == "ic"
+    targets = batch.chain[full, 1:task.hops + 1] if ic else batch.answer[full, None]
+    hits = block_hits(model, batch.tokens[full], targets, task.vocab)
     by_order = task.hops <= ORDER_ROWS_HOPS
     frame = pd.DataFrame({"link_order": order_names(orders) if by_order else "", "order_class": order_classes(orders),
                           "reachable": needed <= model.cfg.layers, "layers_needed": needed})
+    hops = [f"hop{n}_accuracy" for n in range(1, task.hops + 1)] if ic else []
     keys = ["link_order", "order_class"]
     rows = []
     for instance in range(model.n_instances):
-        grouped = (frame.assign(correct=hits[instance]).groupby(keys, sort=True)
+        mine = frame.assign(correct=hits[instance, :, -1], **{h: hits[instance, :, i] for i, h in enumerate(hops)})
+        grouped = (mine.groupby(keys, sort=True)
                    .agg(examples=("correct", "size"), correct=("correct", "sum"), reachable=("reachable", "mean"),
-                        layers_needed=("layers_needed", "max"))
+                        layers_needed=("layers_needed", "max"), **{h: (h, "mean") for h in hops})
                    .reset_index())
         rows.append(grouped.assign(instance=instance, accuracy=grouped.correct / grouped.examples))
     table = pd.concat(rows, ignore_index=True)
     table["correct"] = table.correct.astype(int)
     table["examples"] = table.examples.astype(int)
-    return table[list(COLUMNS)]
+    return table[[*COLUMNS, *hops]]
 
 
 RUN_COLUMNS = ("run_id", "order_rows", "reachable_orders", "fewest_examples", "reachable_accuracy",

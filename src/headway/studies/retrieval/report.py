@@ -203,10 +203,12 @@ def _order_section(report: Report, tables: RetrievalTables, figures: Path, rules
         "accuracy in the reachable orders weighs each order the same, so a failing class counts by the orders it "
         f"holds, not by its share of the examples; `solved_in_reachable` applies the solved level "
         f"({rules.solved_accuracy:g}) to it (docs/study-retrieval.md, \"Accuracy per link order\").")
-    if tables.orders.groupby([*(c for c in FORMULATION if c in tables.orders.columns), "hops", "layers"]).order_class.nunique().gt(1).any():
-        path = plot_order_accuracy(tables.orders, figures / "order_accuracy.png")
-        report.figure(path, "Final-hop accuracy per link order, one row per seed; columns sorted by the layers the "
-                            "flow needs in that order; hatched orders cannot be answered at the cell's depth.")
+    ic = tables.orders[(tables.orders.part == "plain") & (tables.orders.curriculum == "ic")]
+    if len(ic) and ic.groupby([*(c for c in FORMULATION if c in ic.columns), "hops", "layers"]).order_class.nunique().gt(1).any():
+        path = plot_order_accuracy(ic, figures / "order_accuracy.png")
+        report.figure(path, "Final-hop accuracy per link order (IC runs), one row per seed; columns sorted by the "
+                            "layers the flow needs in that order; hatched orders cannot be answered at the cell's "
+                            "depth.")
     report.table(tables.order_runs, "Per run: order rows, those reachable at its depth, the fewest examples of a "
                                     "row, mean accuracy over reachable and over unreachable orders, the share of "
                                     "reachable orders solved and the worst reachable order.")
