@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headway.analysis.retrieval.orders import (layers_needed, link_orders, order_classes, order_names,
-                                               run_order_summary)
+from headway.analysis.retrieval.orders import (direction_needs, layers_needed, link_orders, order_classes,
+                                               order_names, run_order_summary)
 from headway.analysis.retrieval.reach import reachable_fraction
 from headway.studies.retrieval.study import RetrievalStudy
 from headway.tasks.retrieval import generate
 from headway.tasks.retrieval.config import RetrievalConfig
+from headway.tasks.retrieval.flow import reaches
 from headway.tasks.retrieval.positions import map_statements
 
 
@@ -87,3 +88,41 @@ def test_an_analysis_from_before_the_order_table_stays_current_without_it():
     assert RetrievalStudy.lacks(6) == {"orders"}
     assert RetrievalStudy.lacks(5) is None  # version 6 changed the probes: older analyses are stale
     assert RetrievalStudy.lacks(RetrievalStudy.version + 1) is None
+
+
+def _every(hops: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(hops))))
+
+
+def test_root_ward_reads_answer_the_orders_whose_root_link_comes_first_at_two_layers_and_three_hops():
+    """D = 3, two causal layers: every order is reachable, but without leaf-ward reads only the orders whose root
+    link precedes the hop-2 link are, and the other three need a leaf-ward read at layer 1."""
+    every = _every(3)
+    rootward, leafward = direction_needs(every, 2, "causal", "packed")
+    names = order_names(every)
+    root_first = [name.index("1") < name.index("2") for name in names]
+    assert list(rootward == 1.0) == root_first
+    assert {n: w for n, w in zip(names, leafward, strict=True) if w} == {"213": "1", "231": "1", "321": "1"}
+
+
+def test_the_orders_three_layers_need_leaf_ward_reads_for_are_the_leaf_to_root_class():
+    """Three causal layers: at D = 4 root-ward reads miss exactly the four orders with links 3, 2, 1 leaf-to-root (a
+    leaf-ward read at layer 1 or at layer 2 will do, so neither layer alone is needed); at D = 5 the five orders with
+    links 4, 3, 2, 1 leaf-to-root need one at layer 1 itself."""
+    four = _every(4)
+    rootward, leafward = direction_needs(four, 3, "causal", "packed")
+    assert set(order_names(four)[rootward == 0.0]) == {"3214", "3241", "3421", "4321"} and not any(leafward)
+    five = _every(5)
+    rootward, leafward = direction_needs(five, 3, "causal", "packed")
+    assert set(order_names(five)[leafward == "1"]) == {"43215", "43251", "43521", "45321", "54321"}
+    assert set(leafward) == {"", "1"} and (rootward == 0.0).sum() == 55
+    assert np.isnan(direction_needs(four, 3, "causal", "flat")[0]).all()  # defined for the packed layout only
+
+
+def test_forbidding_no_leaf_ward_read_changes_nothing():
+    every = _every(5)
+    for layers in (1, 2, 3):
+        assert (reaches(every, layers, "causal", "packed", [True] * layers)
+                == reaches(every, layers, "causal", "packed")).all()
+    with pytest.raises(ValueError, match="packed layout only"):
+        reaches(every, 2, "causal", "flat", [True, False])

@@ -12,6 +12,10 @@ splits the accuracy by order so a cell can be judged in the orders the flow allo
   class need the same composition directions; the class does not fix the layers an order needs.
 - **hop{n}_accuracy** (IC only, n = 1..D) is the accuracy of the read-out's hop-n block, x_{D-n}: where in the
   chain an order's answers break.
+- **rootward_reachable** (packed layout) says whether the flow still reaches x_0 within the model's layers when
+  no link may read its leaf-ward neighbour (`flow.gathered_sets`' `leafward`): the orders root-ward composition
+  can answer. **leafward_layers** names the layers at which forbidding leaf-ward reads, the other layers left
+  free, makes the order unreachable ("1": it needs a leaf-ward read at layer 1; "" none does alone).
 - **layers_needed** is the fewest layers after which the flow (`headway.tasks.retrieval.flow`) holds x_0 at
   the read-out position in that order; **reachable** says whether the model's depth is enough.
 
@@ -37,7 +41,8 @@ from headway.tasks.retrieval.positions import StatementMap
 ORDER_EXAMPLES = 16384  # examples the table is drawn from: ~140 per order at D = 5
 ORDER_ROWS_HOPS = 5  # one row per order up to this many hops (D! ≤ 120), per class beyond
 BATCH = 2048  # examples per forward pass
-COLUMNS = ("instance", "link_order", "order_class", "examples", "correct", "accuracy", "reachable", "layers_needed")
+COLUMNS = ("instance", "link_order", "order_class", "examples", "correct", "accuracy", "reachable", "layers_needed",
+           "rootward_reachable", "leafward_layers")
 
 
 def link_orders(smap: StatementMap) -> np.ndarray:
@@ -75,6 +80,26 @@ def layers_needed(orders: np.ndarray, attention: str, layout: str) -> np.ndarray
     return needed[inverse.reshape(-1)]
 
 
+def direction_needs(orders: np.ndarray, layers: int, attention: str, layout: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of `orders`: whether `layers` layers reach x_0 with root-ward reads only (float, NaN outside the
+    packed layout), and the layers whose leaf-ward reads it cannot do without (module docstring)."""
+    if layout != "packed":
+        return np.full(len(orders), np.nan), np.full(len(orders), "", dtype=object)
+    unique, inverse = np.unique(orders, axis=0, return_inverse=True)
+
+    def reach(leafward: list[bool]) -> np.ndarray:
+        return np.concatenate([reaches(chunk, layers, attention, layout, leafward)
+                               for chunk in order_chunks(unique, layout)])
+
+    rootward = reach([False] * layers).astype(float)
+    free = reach([True] * layers)
+    needed = [free & ~reach([t != layer for t in range(layers)]) for layer in range(layers)]
+    names = np.array([",".join(str(layer + 1) for layer in range(layers) if needed[layer][i])
+                      for i in range(len(unique))], dtype=object)
+    inverse = inverse.reshape(-1)
+    return rootward[inverse], names[inverse]
+
+
 @torch.no_grad()
 def block_hits(model: EnsembleTransformer, tokens: np.ndarray, targets: np.ndarray, vocab: int) -> np.ndarray:
     """[E, N, B] whether each instance's read-out block b names `targets[:, b]` (B blocks of `vocab` logits, the
@@ -104,8 +129,10 @@ def order_accuracy(model: EnsembleTransformer, task: RetrievalConfig, batch: Ret
     targets = batch.chain[full, 1:task.hops + 1] if ic else batch.answer[full, None]
     hits = block_hits(model, batch.tokens[full], targets, task.vocab)
     by_order = task.hops <= ORDER_ROWS_HOPS
+    rootward, leafward = direction_needs(orders, model.cfg.layers, model.cfg.attention, task.layout)
     frame = pd.DataFrame({"link_order": order_names(orders) if by_order else "", "order_class": order_classes(orders),
-                          "reachable": needed <= model.cfg.layers, "layers_needed": needed})
+                          "reachable": needed <= model.cfg.layers, "layers_needed": needed,
+                          "rootward_reachable": rootward, "leafward_layers": leafward if by_order else ""})
     hops = [f"hop{n}_accuracy" for n in range(1, task.hops + 1)] if ic else []
     keys = ["link_order", "order_class"]
     rows = []
@@ -113,7 +140,8 @@ def order_accuracy(model: EnsembleTransformer, task: RetrievalConfig, batch: Ret
         mine = frame.assign(correct=hits[instance, :, -1], **{h: hits[instance, :, i] for i, h in enumerate(hops)})
         grouped = (mine.groupby(keys, sort=True)
                    .agg(examples=("correct", "size"), correct=("correct", "sum"), reachable=("reachable", "mean"),
-                        layers_needed=("layers_needed", "max"), **{h: (h, "mean") for h in hops})
+                        layers_needed=("layers_needed", "max"), rootward_reachable=("rootward_reachable", "mean"),
+                        leafward_layers=("leafward_layers", "first"), **{h: (h, "mean") for h in hops})
                    .reset_index())
         rows.append(grouped.assign(instance=instance, accuracy=grouped.correct / grouped.examples))
     table = pd.concat(rows, ignore_index=True)

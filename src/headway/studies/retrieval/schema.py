@@ -48,5 +48,6 @@ SCHEMAS = {
     # accuracy per link order of the queried chain (per order class beyond five hops): `headway.analysis.retrieval.orders`
     "orders": TableSchema.of({
         "instance": "int", "link_order": "str", "order_class": "str", "examples": "int", "correct": "int",
-        "accuracy": "float", "reachable": "float", "layers_needed": "int", "hop{n}_accuracy": "float", **_TAGS}),
+        "accuracy": "float", "reachable": "float", "layers_needed": "int", "rootward_reachable": "float", "leafward_layers": "str",
+        "hop{n}_accuracy": "float", **_TAGS}),
 }

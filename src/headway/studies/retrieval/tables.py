@@ -135,10 +135,22 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
                            emergence=emergence_summary(curves, cells, **emerge),
                            hop_emergence=emergence_summary(hops, cells, expected=hop_order, **emerge),
                            results=results_table(mechanism, reach, curves, mechanism_class, **emerge)
-                           .merge(order_runs, on="run_id", how="left"),
+                           .merge(link_reads(heads), on="run_id", how="left").merge(order_runs, on="run_id", how="left"),
                            heads=heads, probes=data.tables["probes"], mechanism_class=mechanism_class,
                            phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy, order_runs),
                            factors=factor_table(final, mechanism_class, rules), orders=orders, order_runs=order_runs)
+
+
+def link_reads(heads: pd.DataFrame) -> pd.DataFrame:
+    """Per run, the strongest head's attention from links to their root-ward neighbour (`rootward_read_per_layer`)
+    and to their leaf-ward one (`leafward_read_per_layer`) in each layer, first layer first ("0.98 0.16 0.37")."""
+    if heads.empty:
+        return pd.DataFrame(columns=["run_id", "rootward_read_per_layer", "leafward_read_per_layer"])
+    strongest = heads.groupby(["run_id", "layer"])[["link_next", "link_prev"]].max().reset_index().sort_values("layer")
+    text = strongest.groupby("run_id").agg(
+        rootward_read_per_layer=("link_next", lambda v: " ".join(f"{x:.2f}" for x in v)),
+        leafward_read_per_layer=("link_prev", lambda v: " ".join(f"{x:.2f}" for x in v)))
+    return text.reset_index()
 
 
 def order_rows(orders: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:

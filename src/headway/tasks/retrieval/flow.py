@@ -23,7 +23,7 @@ the rule out to its fixed point at every link to decide which dense targets a ca
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -69,22 +69,37 @@ def _masks(positions: int, attention: str, layout: str) -> tuple[np.ndarray, np.
     return visible, visible & (statement[:, None] == statement[None, :])
 
 
-def reaches(orders: np.ndarray, layers: int, attention: str, layout: str) -> np.ndarray:
-    """Whether the read-out position holds x_0 after `layers` layers, for each row of link orders."""
-    sets = gathered_sets(initial_sets(orders, layout), attention, layout, layers)
+def reaches(orders: np.ndarray, layers: int, attention: str, layout: str,
+            leafward: Sequence[bool] | None = None) -> np.ndarray:
+    """Whether the read-out position holds x_0 after `layers` layers, for each row of link orders; `leafward`
+    (packed only, one flag per layer) forbids the leaf-ward reads of the layers it marks False."""
+    sets = gathered_sets(initial_sets(orders, layout), attention, layout, layers, leafward)
     return (sets[:, -1] & np.uint64(1)) != np.uint64(0)
 
 
-def gathered_sets(sets: np.ndarray, attention: str, layout: str, layers: int | None = None) -> np.ndarray:
+def gathered_sets(sets: np.ndarray, attention: str, layout: str, layers: int | None = None,
+                  leafward: Sequence[bool] | None = None) -> np.ndarray:
     """Every position's symbol set [n, positions] after `layers` layers of the gather rule (module
-    docstring) from `sets` (`initial_sets`); None plays it out to its fixed point, what any depth reaches."""
+    docstring) from `sets` (`initial_sets`); None plays it out to its fixed point, what any depth reaches.
+
+    `leafward` (packed layout, `layers` flags) restricts the rule by direction: at a layer it marks False, a
+    position gathers only from positions that start no further from the root than itself (a link reads its
+    root-ward neighbour, never its leaf-ward one; the query, the leaf end, reads any link). A position's
+    distance from the root is its lowest symbol: x_{k-1} for link k, x_D for the query."""
     visible, always = _masks(sets.shape[1], attention, layout)
     zero = np.uint64(0)
-    for _ in itertools.repeat(None) if layers is None else range(layers):
+    if leafward is not None:
+        if layout != "packed" or layers is None or len(leafward) != layers:
+            raise ValueError("leafward takes one flag per layer, and the packed layout only")
+        lowest = sets & (~sets + np.uint64(1))  # each position's lowest bit: its starting distance from the root
+        leafward_read = lowest[:, None, :] > lowest[:, :, None]  # [n, reader, source]
+    for layer in itertools.repeat(None) if layers is None else range(layers):
         shares = (sets[:, :, None] & sets[:, None, :]) != zero
+        if leafward is not None and not leafward[layer]:
+            shares &= ~leafward_read
         gather = (shares & visible) | always
         grown = np.bitwise_or.reduce(np.where(gather, sets[:, None, :], zero), axis=2)
-        if np.array_equal(grown, sets):  # no set changed: every further layer leaves them as they are
+        if leafward is None and np.array_equal(grown, sets):  # no set changed, nor will one under the same rule
             break
         sets = grown
     return sets
