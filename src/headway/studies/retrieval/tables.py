@@ -143,13 +143,16 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
 
 def link_reads(heads: pd.DataFrame) -> pd.DataFrame:
     """Per run, the strongest head's attention from links to their root-ward neighbour (`rootward_read_per_layer`)
-    and to their leaf-ward one (`leafward_read_per_layer`) in each layer, first layer first ("0.98 0.16 0.37")."""
+    and to their leaf-ward one (`leafward_read_per_layer`) in each layer, first layer first ("0.98 0.16 0.37"; "–"
+    where no link has such a neighbour)."""
     if heads.empty:
         return pd.DataFrame(columns=["run_id", "rootward_read_per_layer", "leafward_read_per_layer"])
+    def shares(values: pd.Series) -> str:
+        return " ".join("–" if math.isnan(x) else f"{x:.2f}" for x in values)  # –: no link has that neighbour (D = 1)
+
     strongest = heads.groupby(["run_id", "layer"])[["link_next", "link_prev"]].max().reset_index().sort_values("layer")
-    text = strongest.groupby("run_id").agg(
-        rootward_read_per_layer=("link_next", lambda v: " ".join(f"{x:.2f}" for x in v)),
-        leafward_read_per_layer=("link_prev", lambda v: " ".join(f"{x:.2f}" for x in v)))
+    text = strongest.groupby("run_id").agg(rootward_read_per_layer=("link_next", shares),
+                                           leafward_read_per_layer=("link_prev", shares))
     return text.reset_index()
 
 
