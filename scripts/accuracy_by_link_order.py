@@ -7,6 +7,9 @@ prints each run's accuracy on both halves, which tells that mechanism apart from
 (equal accuracy on both halves).
 
     python scripts/accuracy_by_link_order.py runs/depth-phase-cpu/runs --layers 2 --hops 3 [--csv by_link_order.csv]
+
+The study's analysis now splits every model by the full link order (`order_table.csv`,
+`headway.analysis.retrieval.orders`); this two-way split stays for the committed folders whose READMEs quote it.
 """
 
 from __future__ import annotations
