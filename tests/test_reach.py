@@ -7,6 +7,7 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from headway.cli.main import main
@@ -181,3 +182,19 @@ def test_cli_refuses_bad_values_in_one_line(capsys):
     code = main(["reach", "--layout", "diagonal"])
     err = capsys.readouterr().err
     assert code == 2 and err.strip().count("\n") == 0 and "diagonal" in err and err.startswith("headway: error:")
+
+
+def test_cli_lists_every_order_with_the_reads_it_needs(tmp_path, capsys):
+    out = tmp_path / "orders.csv"
+    assert main(["reach", "--per-order", "--hops", "3,4", "--layers", "2,3", "--attention", "causal",
+                 "--csv", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "link_order" in printed and "rootward_reachable" in printed
+    table = pd.read_csv(out, dtype={"link_order": str, "leafward_layers": str})
+    assert len(table) == 2 * (6 + 24)
+    three = table[(table.hops == 3) & (table.layers == 2)]
+    assert three.reachable.all() and set(three[three.rootward_reachable == 0].link_order) == {"213", "231", "321"}
+    four = table[(table.hops == 4) & (table.layers == 3)]
+    assert set(four[four.rootward_reachable == 0].link_order) == {"3214", "3241", "3421", "4321"}
+    assert main(["reach", "--per-order", "--hops", "7"]) == 2
+    assert "1..6 hops" in capsys.readouterr().err

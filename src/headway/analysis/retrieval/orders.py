@@ -27,11 +27,15 @@ queried chain of D links; other tasks give an empty table.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pandas as pd
 import torch
 
 from headway.analysis.inputs import instance_tokens
+from headway.errors import ConfigError
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.config import RetrievalConfig
 from headway.tasks.retrieval.flow import order_chunks, reaches
@@ -40,6 +44,7 @@ from headway.tasks.retrieval.positions import StatementMap
 
 ORDER_EXAMPLES = 16384  # examples the table is drawn from: ~140 per order at D = 5
 ORDER_ROWS_HOPS = 5  # one row per order up to this many hops (D! ≤ 120), per class beyond
+ORDER_LIST_HOPS = 6  # `order_needs` lists every order up to this many hops (720)
 BATCH = 2048  # examples per forward pass
 COLUMNS = ("instance", "link_order", "order_class", "examples", "correct", "accuracy", "reachable", "layers_needed",
            "rootward_reachable", "leafward_layers")
@@ -98,6 +103,21 @@ def direction_needs(orders: np.ndarray, layers: int, attention: str, layout: str
                       for i in range(len(unique))], dtype=object)
     inverse = inverse.reshape(-1)
     return rootward[inverse], names[inverse]
+
+
+def order_needs(hops: int, layers: int, attention: str = "causal", layout: str = "packed") -> pd.DataFrame:
+    """Every link order of one `hops`-hop chain (`link_order`, `order_class`) with what the flow needs in it:
+    `layers_needed`, whether `layers` reach it (`reachable`), whether root-ward reads alone do
+    (`rootward_reachable`, packed layout) and the layers whose leaf-ward reads it cannot do without."""
+    if not 1 <= hops <= ORDER_LIST_HOPS:
+        raise ConfigError(f"hops = {hops} lists {math.factorial(max(hops, 0))} orders; list every order for "
+                          f"1..{ORDER_LIST_HOPS} hops ({math.factorial(ORDER_LIST_HOPS)} orders at most)")
+    every = np.array(list(itertools.permutations(range(hops))), dtype=np.int64).reshape(-1, hops)
+    needed = layers_needed(every, attention, layout)
+    rootward, leafward = direction_needs(every, layers, attention, layout)
+    return pd.DataFrame({"link_order": order_names(every), "order_class": order_classes(every),
+                         "layers_needed": needed, "reachable": needed <= layers, "rootward_reachable": rootward,
+                         "leafward_layers": leafward})
 
 
 @torch.no_grad()
