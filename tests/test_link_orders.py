@@ -126,3 +126,39 @@ def test_forbidding_no_leaf_ward_read_changes_nothing():
                 == reaches(every, layers, "causal", "packed")).all()
     with pytest.raises(ValueError, match="packed layout only"):
         reaches(every, 2, "causal", "flat", [True, False])
+
+
+def _class_rows(classes: list[str], hops: int = 6) -> pd.DataFrame:
+    """Per-class rows of one cell (beyond ORDER_ROWS_HOPS, `link_order` is empty) for two seeds."""
+    return pd.DataFrame([{"run_id": f"r{seed}", "part": "plain", "curriculum": "ic", "layout": "packed",
+                          "attention": "causal", "order": "shuffled", "supervision": "query", "hops": hops,
+                          "layers": 3, "seed": seed, "link_order": "", "order_class": c, "examples": 10,
+                          "correct": 5, "accuracy": 0.5, "reachable": 1.0, "layers_needed": 3}
+                         for seed in (0, 1) for c in classes])
+
+
+def test_the_order_figure_names_class_panels_as_classes():
+    from headway.plots.orders import order_figure, varied_cells
+
+    figure = order_figure(_class_rows(["<<<<<", ">>>>>", "<><><"]))
+    assert "3 order classes" in figure.axes[0].get_title()
+    assert varied_cells(_class_rows(["<<<<<"])).empty  # one class per cell: nothing to compare
+
+
+def test_a_stale_order_table_is_removed_and_a_fifo_in_its_place_refused(tmp_path):
+    import os
+
+    from headway.errors import ConfigError
+    from headway.studies.retrieval.report import _write_or_clear
+
+    stale = tmp_path / "order_table.csv"
+    stale.write_text("old")
+    _write_or_clear(stale, pd.DataFrame())
+    assert not stale.exists()
+    _write_or_clear(stale, pd.DataFrame({"a": [1]}))
+    assert stale.read_text().splitlines() == ["a", "1"]
+    fifo = tmp_path / "factor_table.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        _write_or_clear(fifo, pd.DataFrame())
+    assert fifo.exists()

@@ -198,3 +198,5 @@ def test_cli_lists_every_order_with_the_reads_it_needs(tmp_path, capsys):
     assert set(four[four.rootward_reachable == 0].link_order) == {"3214", "3241", "3421", "4321"}
     assert main(["reach", "--per-order", "--hops", "7"]) == 2
     assert "1..6 hops" in capsys.readouterr().err
+    assert main(["reach", "--per-order", "--hops", "4", "--attention", "diagonal"]) == 2  # not read as bidirectional
+    assert "diagonal" in capsys.readouterr().err

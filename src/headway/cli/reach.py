@@ -69,17 +69,17 @@ def format_table(table) -> str:
 
 def _per_order(hops: list[int], layers: list[int], attentions: list[str], layouts: list[str]):
     """`order_needs` of every attention × layout × layers × hops, one block after another, each value checked
-    first (as `reach_table` checks its cells)."""
+    before any is computed."""
     import itertools
 
     import pandas as pd
 
-    from headway.analysis.retrieval.orders import order_needs
-    from headway.analysis.retrieval.reach import reach_table
+    from headway.analysis.retrieval.orders import check_listable, order_needs
 
-    reach_table(hops, layers, attentions, ["shuffled"], layouts)  # refuses a bad value before anything runs
-    frames = [order_needs(d, t, a, lay).assign(attention=a, layout=lay, layers=t, hops=d)
-              for a, lay, t, d in itertools.product(attentions, layouts, layers, hops)]
+    cells = list(itertools.product(attentions, layouts, layers, hops))
+    for a, lay, t, d in cells:
+        check_listable(d, t, a, lay)
+    frames = [order_needs(d, t, a, lay).assign(attention=a, layout=lay, layers=t, hops=d) for a, lay, t, d in cells]
     table = pd.concat(frames, ignore_index=True)
     cell = ["attention", "layout", "layers", "hops"]
     return table[cell + [c for c in table.columns if c not in cell]]

@@ -18,12 +18,19 @@ MAX_PANELS = 8  # cells drawn; the table holds every cell
 _CELL = ["hops", "layers"]
 
 
+def varied_cells(orders: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `orders` (`tables.order_rows`) in cells (formulation, layers, hops) with more than one order
+    row: the ones a panel can show."""
+    if orders.empty:
+        return orders
+    return orders.groupby([*split_formulation(orders)[1], *_CELL]).filter(
+        lambda cell: cell.order_class.nunique() > 1 or cell.link_order.nunique() > 1)
+
+
 def order_figure(orders: pd.DataFrame, title: str = "Final-hop accuracy per link order") -> Figure:
-    """Panels of `orders` (`tables.order_rows`: per run and order, with its cell and seed) for the cells with
-    more than one order row, at most MAX_PANELS; an order the flow cannot bring to the answer at the cell's
-    depth is hatched."""
-    varied = orders.groupby([*split_formulation(orders)[1], *_CELL]).filter(lambda g: g.order_class.nunique() > 1
-                                                                             or g.link_order.nunique() > 1)
+    """Panels of `orders` (`tables.order_rows`: per run and order, with its cell and seed) for its `varied_cells`,
+    at most MAX_PANELS; an order the flow cannot bring to the answer at the cell's depth is hatched."""
+    varied = varied_cells(orders)
     if varied.empty:
         raise ConfigError("no cell of the order table has more than one link order; nothing to draw")
     _, varying = split_formulation(varied)
@@ -48,7 +55,7 @@ def order_figure(orders: pd.DataFrame, title: str = "Final-hop accuracy per link
         values = dict(zip([*varying, *_CELL], key if isinstance(key, tuple) else (key,), strict=True))
         words = describe_formulation(values, varying) if varying else ""
         ax.set_title(f"{words + ', ' if words else ''}{values['layers']} layers, D = {values['hops']} "
-                     f"({len(columns)} {'orders' if (cell.order != '').any() else 'order classes'}, by layers "
+                     f"({len(columns)} {'orders' if (cell.link_order != '').any() else 'order classes'}, by layers "
                      "the flow needs)", fontsize=8)
     shared, _ = split_formulation(orders)
     figure.suptitle(f"{title} ({describe_formulation(orders.iloc[0], shared)})" if shared else title, fontsize=9)

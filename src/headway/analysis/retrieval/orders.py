@@ -36,6 +36,7 @@ import torch
 
 from headway.analysis.inputs import instance_tokens
 from headway.errors import ConfigError
+from headway.analysis.retrieval.reach import check_cell
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.config import RetrievalConfig
 from headway.tasks.retrieval.flow import order_chunks, reaches
@@ -105,13 +106,20 @@ def direction_needs(orders: np.ndarray, layers: int, attention: str, layout: str
     return rootward[inverse], names[inverse]
 
 
+def check_listable(hops: int, layers: int, attention: str, layout: str) -> None:
+    """Refuse, naming the bad value, what `order_needs` cannot list: a bad cell (`reach.check_cell`) or more hops
+    than ORDER_LIST_HOPS."""
+    hops = check_cell(hops, layers, attention, "shuffled", layout)[0]
+    if hops > ORDER_LIST_HOPS:
+        raise ConfigError(f"hops = {hops} lists {math.factorial(hops)} orders; list every order for "
+                          f"1..{ORDER_LIST_HOPS} hops ({math.factorial(ORDER_LIST_HOPS)} orders at most)")
+
+
 def order_needs(hops: int, layers: int, attention: str = "causal", layout: str = "packed") -> pd.DataFrame:
     """Every link order of one `hops`-hop chain (`link_order`, `order_class`) with what the flow needs in it:
     `layers_needed`, whether `layers` reach it (`reachable`), whether root-ward reads alone do
     (`rootward_reachable`, packed layout) and the layers whose leaf-ward reads it cannot do without."""
-    if not 1 <= hops <= ORDER_LIST_HOPS:
-        raise ConfigError(f"hops = {hops} lists {math.factorial(max(hops, 0))} orders; list every order for "
-                          f"1..{ORDER_LIST_HOPS} hops ({math.factorial(ORDER_LIST_HOPS)} orders at most)")
+    check_listable(hops, layers, attention, layout)
     every = np.array(list(itertools.permutations(range(hops))), dtype=np.int64).reshape(-1, hops)
     needed = layers_needed(every, attention, layout)
     rootward, leafward = direction_needs(every, layers, attention, layout)

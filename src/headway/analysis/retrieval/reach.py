@@ -57,7 +57,7 @@ def reachable_fraction(hops: int, layers: int, attention: str = "causal", order:
                        layout: str = "packed", *, samples: int = 20000, seed: int = 0) -> ReachBound:
     """Share of the `order` link orders of one `hops`-hop chain from which the query's read-out
     position holds x_0 after `layers` layers of `attention` (module docstring for the rule)."""
-    hops, layers, attention, order, layout = _check(hops, layers, attention, order, layout)
+    hops, layers, attention, order, layout = check_cell(hops, layers, attention, order, layout)
     samples = check_int("samples", samples, 1, MAX_SAMPLES)
     seed = check_int("seed", seed, 0, MAX_SEED)
     if order == "chain" or attention == "bidirectional":
@@ -122,7 +122,7 @@ def reach_table(hops: Iterable[int], layers: Iterable[int], attentions: Iterable
         if not values:
             raise ConfigError(f"{name} is empty; give at least one value")
     for d, t, a, o, lay in itertools.product(hops, layers, attentions, orders, layouts):
-        _check(d, t, a, o, lay)
+        check_cell(d, t, a, o, lay)
     check_int("chains", chains, 1, MAX_CONTEXT)
     check_int("samples", samples, 1, MAX_SAMPLES)
     check_int("seed", seed, 0, MAX_SEED)
@@ -137,7 +137,8 @@ def reach_table(hops: Iterable[int], layers: Iterable[int], attentions: Iterable
     return pd.DataFrame(rows)
 
 
-def _check(hops, layers, attention, order, layout) -> tuple[int, int, str, str, str]:
+def check_cell(hops, layers, attention, order, layout) -> tuple[int, int, str, str, str]:
+    """One cell's values checked (a ConfigError naming the bad one and what is allowed), as ints and choices."""
     hops = check_int("hops", hops, 1)
     if hops > MAX_HOPS:
         raise ConfigError(f"hops = {hops} is invalid; use an integer in 1..{MAX_HOPS} (symbols are uint64 bits)")

@@ -8,11 +8,12 @@ from pathlib import Path
 import pandas as pd
 
 from headway.plots.depth import plot_depth
-from headway.plots.orders import plot_order_accuracy
+from headway.plots.orders import plot_order_accuracy, varied_cells
 from headway.plots.phase import plot_learning_curves, plot_phase_diagram
 from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.report.figures import fresh_figures
 from headway.report.html import Report
+from headway.files import check_replaceable
 from headway.runs import layout
 from headway.studies.base import RUNS, StudyData
 from headway.studies.retrieval.figures import contrast_figure, emergence_figures, example_figures, pick_example
@@ -32,14 +33,9 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     figures = fresh_figures(out)
     layout.write_text(out / "results.csv", tables.results.to_csv(index=False))
     layout.write_text(out / "depth_table.csv", tables.depth.to_csv(index=False))
-    if not tables.phase.empty:
-        layout.write_text(out / "phase_table.csv", tables.phase.to_csv(index=False))
-    if not tables.factors.empty:
-        layout.write_text(out / "factor_table.csv", tables.factors.to_csv(index=False))
-    if not tables.orders.empty:
-        layout.write_text(out / "order_table.csv", tables.orders.to_csv(index=False))
-    else:  # a table left by an earlier report would describe other analyses
-        (out / "order_table.csv").unlink(missing_ok=True)
+    for name, table in (("phase_table.csv", tables.phase), ("factor_table.csv", tables.factors),
+                        ("order_table.csv", tables.orders)):
+        _write_or_clear(out / name, table)
 
     report = Report("Stacked attention heads on the retrieval problem",
                     f"headway study retrieval · scale `{data.plan.scale}` · {len(tables.final)} trained transformers")
@@ -189,6 +185,17 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
                            "mean-ablation accuracy drop Δ.")
 
 
+def _write_or_clear(path: Path, table: pd.DataFrame) -> None:
+    """Write a table the grid may not have, or remove the one an earlier report left (it would describe other
+    analyses); a device, FIFO or socket there is refused, never removed."""
+    if not table.empty:
+        layout.write_text(path, table.to_csv(index=False))
+    elif path.is_symlink() or path.exists():
+        check_replaceable(path)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+
+
 def _order_section(report: Report, tables: RetrievalTables, figures: Path, rules: RetrievalRules) -> None:
     report.section("Accuracy per link order")
     if tables.orders.empty:
@@ -204,7 +211,7 @@ def _order_section(report: Report, tables: RetrievalTables, figures: Path, rules
         f"holds, not by its share of the examples; `solved_in_reachable` applies the solved level "
         f"({rules.solved_accuracy:g}) to it (docs/study-retrieval.md, \"Accuracy per link order\").")
     ic = tables.orders[(tables.orders.part == "plain") & (tables.orders.curriculum == "ic")]
-    if len(ic) and ic.groupby([*(c for c in FORMULATION if c in ic.columns), "hops", "layers"]).order_class.nunique().gt(1).any():
+    if not varied_cells(ic).empty:
         path = plot_order_accuracy(ic, figures / "order_accuracy.png")
         report.figure(path, "Final-hop accuracy per link order (IC runs), one row per seed; columns sorted by the "
                             "layers the flow needs in that order; hatched orders cannot be answered at the cell's "

@@ -147,6 +147,7 @@ def link_reads(heads: pd.DataFrame) -> pd.DataFrame:
     where no link has such a neighbour)."""
     if heads.empty:
         return pd.DataFrame(columns=["run_id", "rootward_read_per_layer", "leafward_read_per_layer"])
+
     def shares(values: pd.Series) -> str:
         return " ".join("–" if math.isnan(x) else f"{x:.2f}" for x in values)  # –: no link has that neighbour (D = 1)
 
