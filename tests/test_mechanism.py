@@ -19,13 +19,13 @@ from headway.studies.retrieval.phase import mechanism_evidence
 from headway.studies.retrieval.rules import RetrievalRules
 from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval import RetrievalConfig, generate
-from headway.analysis.retrieval.composition import composition_check, control_sets, link_positions
+from headway.analysis.retrieval.composition import chain_link_positions, composition_check, control_sets, link_positions
 from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
 from headway.analysis.retrieval.interventions import HeadIntervention
 from headway.analysis.retrieval.mechanism import (MECHANISM_COLUMNS, MECHANISMS, Ablation, classify, farthest_hops,
                                                mechanism_table)
 from headway.tasks.retrieval.positions import map_statements
-from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.probes import SITES, depth_probes, probe_examples
 from headway.train.sweep import train_runs
 
 BIG = 30.0
@@ -74,6 +74,39 @@ def test_composing_heads_without_control_heads_decide_nothing():
                         COMPOSING_HEADS, rule=RULE, layers=2, hops=2, solved=True, accuracy=0.99,
                         ablation=Ablation(composing_drop=0.0, control_drop=math.nan))
     assert unneeded.mechanism == "linear", unneeded  # the answer survives without them: no control needed
+
+
+def test_the_position_control_decides_where_the_composing_heads_are_every_head_of_their_layers():
+    """No control heads, but the same heads ablated at another chain's links: a drop on the queried chain far
+    above it establishes composition; as costly off the chain it does not; unmeasured, nothing is decided."""
+    needed = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
+                      accuracy=0.99, ablation=Ablation(0.95, math.nan, chain_drop=0.9, offchain_drop=0.02))
+    assert needed.mechanism == "compositional" and needed.control == "positions", needed
+    assert "queried chain's links costs 0.90, at another chain's 0.02" in needed.reason
+    anywhere = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3,
+                        solved=True, accuracy=0.99, ablation=Ablation(0.95, math.nan, chain_drop=0.9, offchain_drop=0.85))
+    assert anywhere.mechanism == "not classifiable" and "does not need them" in anywhere.reason, anywhere
+    heads_first = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3,
+                           solved=True, accuracy=0.99, ablation=Ablation(0.6, 0.5, chain_drop=0.9, offchain_drop=0.0))
+    assert heads_first.control == "heads" and heads_first.mechanism == "not classifiable"  # head control decides
+    unmeasured = classify(probe_rows(QUERY_D3, LINKS_COMPOSE), COMPOSING_HEADS, rule=RULE, layers=2, hops=3,
+                          solved=True, accuracy=0.99, ablation=Ablation(0.95, math.nan, chain_drop=0.9))
+    assert unmeasured.control == "none" and "no position control" in unmeasured.reason
+
+
+def test_a_composition_only_some_orders_allow_is_read_on_the_flow_gated_sites():
+    """Over all links hop 2 decodes at 0.5 after layer 1 (the neighbour came earlier in half of them): the link
+    site misses it, the flow-gated root-ward site reads it, and composition is established from it."""
+    rows = probe_rows(QUERY_D3, {1: [1.0, 0.5, 0.05], 2: [1.0, 0.6, 0.4]})
+    gated = pd.DataFrame([{"site": "link_rootward", "layer": layer, "hops": k + 1, "accuracy": value,
+                           "train_accuracy": 1.0} for layer, values in {1: [1.0, 0.99, math.nan], 2: [1.0, 0.99, 0.5]}.items()
+                          for k, value in enumerate(values)])
+    alone = classify(rows, COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True, accuracy=0.99, ablation=NEEDED)
+    assert alone.mechanism == "not classifiable" and alone.rootward_farthest == ()
+    found = classify(pd.concat([rows, gated]), COMPOSING_HEADS, rule=RULE, layers=2, hops=3, solved=True,
+                     accuracy=0.99, ablation=NEEDED)
+    assert found.mechanism == "compositional", found
+    assert found.link_farthest == (1, 1) and found.rootward_farthest == (2, 2) and found.leafward_farthest == ()
 
 
 def test_d_at_most_l_without_link_composition_is_linear():
@@ -266,6 +299,36 @@ def test_a_hand_built_two_layer_model_that_composes_links_is_compositional():
     assert found.composing_drop > 0.5 and found.control_drop < 0.05  # layer 1's other head works at the query
 
 
+def test_the_position_control_on_the_hand_built_composer():
+    """Its composing head ablated at the queried chain's links breaks hop 3; at another chain's, nothing."""
+    cfg = COMPOSE
+    batch = generate(cfg, 600, 4)
+    smap = map_statements(cfg, batch)
+    model = _hand_built(cfg, compose=True)
+    on_chain, off_chain = chain_link_positions(cfg, smap)
+    assert (on_chain.sum(axis=1) == cfg.hops).all() and (off_chain.sum(axis=1) == cfg.hops).all()
+    assert not (on_chain & off_chain).any() and not on_chain[:, -1].any()  # links only, never the query
+    heads = head_scores(statement_patterns(model, cfg, batch.tokens), cfg, smap, causal=True)
+    check = composition_check(heads, HeadIntervention(model, cfg, batch, smap), uniform_link_mass(smap, causal=True),
+                              RULES.read_level).iloc[0]
+    assert check.chain_drop > 0.5 and check.offchain_drop < 0.02, check
+
+
+def test_flow_gated_probes_see_a_root_ward_composition_shuffled_orders_allow_half_the_time():
+    """The hand-built composer under shuffled links composes only where the root-ward neighbour came earlier:
+    the link site reads hop 2 after layer 1 at about half, the gated root-ward site on its own samples fully,
+    and the gated leaf-ward site (it never reads leaf-ward) near chance."""
+    cfg = RetrievalConfig(vocab=12, chains=2, hops=3, order="shuffled")
+    model = _hand_built(cfg, compose=True)
+    probed = generate(cfg, probe_examples(model.cfg.d_model, cfg.vocab), 3)
+    table = depth_probes(model, cfg, probed, map_statements(cfg, probed)).set_index(["site", "layer", "hops"])
+    assert 0.35 < table.accuracy["link", 1, 2] < 0.65
+    assert table.accuracy["link_rootward", 1, 2] >= 0.99
+    assert table.accuracy["link_leafward", 1, 2] < 0.3
+    assert table.samples["link_rootward", 1, 2] < 0.6 * table.samples["link", 1, 2]  # the orders that allow it
+    assert table.samples["link_rootward", 0, 2] == 0  # nothing composes before the first layer
+
+
 def test_a_hand_built_stack_of_one_hop_heads_is_linear():
     accuracy, found = _classified(_hand_built(STACK, compose=False), STACK)
     assert accuracy == 1.0
@@ -322,9 +385,13 @@ def test_a_trained_model_composing_links_is_compositional_on_its_own_evidence(tr
     assert found.mechanism == "compositional", found.reason
     assert int(found.link_farthest.split(",")[0]) >= 2  # links hold hop 2 after layer 1
     assert found.composing_drop >= 0.5 and found.composing_drop - found.control_drop >= 0.2
+    assert found.control == "heads"
+    assert found.chain_drop - found.offchain_drop >= 0.2  # the position control agrees with the head control
+    assert found.rootward_farthest.split(",")[0] >= "2"  # chain order: every link's root-ward neighbour came earlier
     assert found.adequacy_gap <= 0.1 and found.reads in ("root-ward", "both")
     probes = trained["probes"][trained["probes"].run_id == trained["runs"]["composing"].run_id]
-    assert (probes.train_samples >= 10 * 65).all()  # the probes' budget: ten samples per feature
+    ungated = probes[probes.site.isin(SITES)]  # a gated site reads the links the flow allows: fewer
+    assert (ungated.train_samples >= 10 * 65).all()  # the probes' budget: ten samples per feature
 
 
 @pytest.mark.slow

@@ -122,8 +122,12 @@ def test_untrained_model_probes_have_every_row(layout, tmp_path):
     assert streams.shape == (2, 3, 200, cfg.n_ctx, 16) and streams.dtype == np.float32
     assert len(reading_positions(cfg)) == map_statements(cfg, batch).n_statements
     table = depth_probes(model, cfg, batch, map_statements(cfg, batch), max_link_samples=300)
-    assert len(table) == 2 * 3 * 2 * cfg.hops
-    assert table.accuracy.between(0, 1).all() and table.train_accuracy.between(0, 1).all()
+    sites = 2 if cfg.conditional else 4  # the flow-gated link sites need plain chains
+    assert len(table) == 2 * 3 * sites * cfg.hops
+    measured = table[(table.samples > 0) & (table.train_samples > 0)]
+    assert measured.accuracy.between(0, 1).all() and measured.train_accuracy.between(0, 1).all()
+    assert table[table.samples == 0].accuracy.isna().all()  # a gated hop no link can hold yet is not a zero
+    assert set(table[table.samples == 0].site) <= {"link_rootward", "link_leafward"}
     query = table[table.site == "query"]
     assert (query.samples + query.train_samples == 200).all()  # every example in one split
     embedding = table[(table.layer == 0) & (table.hops == 1)].groupby("site").accuracy.mean()

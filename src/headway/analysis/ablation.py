@@ -70,7 +70,8 @@ def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str, source: 
                    positions: Tensor | None = None) -> dict[str, Hook]:
     """Hooks replacing the heads selected by `mask` [E, L, H]: with zero (`zero`) or with `source[name]`
     (`mean`: from `mean_outputs`; `resample` and `patch`: from `head_outputs` of the resampled or
-    patching input), broadcast to z; at the positions `positions` ([S] bool) only, when given."""
+    patching input), broadcast to z; at the positions `positions` only, when given: [S] bool for every example
+    alike, or [B, S] bool, each example its own."""
     if kind not in KINDS:
         raise ConfigError(f"ablation kind = {kind!r} is unknown; choose one of {', '.join(KINDS)}")
     if kind != "zero" and source is None:
@@ -80,7 +81,7 @@ def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str, source: 
         raise ConfigError(f"head mask has shape {tuple(mask.shape)}; expected {list(expected)} (instances, layers, heads)")
     device = next(model.parameters()).device
     mask = mask.to(device)
-    where = None if positions is None else positions.to(device).view(1, 1, -1, 1, 1)  # [1, 1, S, 1, 1]
+    where = None if positions is None else positions.to(device).reshape(1, -1, positions.shape[-1], 1, 1)
     hooks = {}
     for layer, name in enumerate(z_names(model)):
         if mask[:, layer].any():
@@ -90,7 +91,7 @@ def ablation_hooks(model: EnsembleTransformer, mask: Tensor, kind: str, source: 
 
 def _replace(heads: Tensor, source: Tensor | None, where: Tensor | None = None) -> Hook:
     """A hook_z hook setting the heads [E, H] to `source` (zero when None), at the positions `where`
-    ([1, 1, S, 1, 1] bool) when given, else everywhere. Position by position, so a z of the last P positions
+    ([1, 1 or B, S, 1, 1] bool) when given, else everywhere. Position by position, so a z of the last P positions
     (the final layer's, when only the read-out position is computed) takes the last P of `source` and `where`."""
     select = heads.view(heads.shape[0], 1, 1, heads.shape[1], 1)  # [E, 1, 1, H, 1]
     if where is not None:

@@ -121,9 +121,9 @@ class Study(ABC):
     run_settings: ClassVar[tuple[str, ...]] = ("steps",)  # run settings `headway study` can override in every grid
     schemas: ClassVar[dict[str, TableSchema]]  # each per-ensemble analysis table's columns, checked on write and read
     version: ClassVar[int]  # bump when an analysis changes, so cached tables are recomputed
-    # tables added by a version bump that changed nothing else: version → the tables it added. A cache of an
-    # earlier version (results whose weights were not kept cannot be analysed again) stays current without
-    # them, and reads them as empty tables
+    # tables added by a version bump that changed nothing else (or only added optional columns and rows the
+    # readers do without): version → the tables it added. A cache of an earlier version (results whose weights
+    # were not kept cannot be analysed again) stays current without them, and reads them as empty tables
     added_tables: ClassVar[dict[int, tuple[str, ...]]] = {}
     rules_class: ClassVar[type[Rules]] = Rules  # the study's rules (its thresholds, levels and effects)
     results_file: ClassVar[str] = "results.csv"  # its per-run table, which a sweep of cells gathers (`studies.cells`)

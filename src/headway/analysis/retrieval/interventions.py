@@ -49,7 +49,7 @@ class HeadIntervention:
 
     def __init__(self, model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch,
                  smap: StatementMap) -> None:
-        self.model, self.cfg = model, cfg
+        self.model, self.cfg, self.smap = model, cfg, smap
         self.device = next(model.parameters()).device
         self.layers, self.heads = model.cfg.layers, model.cfg.heads
         e = model.n_instances
@@ -76,7 +76,8 @@ class HeadIntervention:
     @torch.no_grad()
     def run(self, mask: Tensor, kind: str, positions: Tensor | None = None) -> Tensor:
         """Predicted answers [E, B] with the heads in `mask` ([E, L, H] bool) zeroed, mean-ablated,
-        resample-ablated or patched, at the positions `positions` ([S] bool) only when given."""
+        resample-ablated or patched, at the positions `positions` ([S] or, per example, [B, S] bool) only when
+        given."""
         return self.run_with(ablation_hooks(self.model, mask, kind, self.sources.get(kind), positions))
 
     def ablated_accuracy(self, choices: Sequence[Sequence[np.ndarray]], kind: str = "mean",

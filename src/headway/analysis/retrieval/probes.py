@@ -10,6 +10,18 @@ Two sites are probed, each read at a statement's reading position:
   symbol k hops down from its left entity (k = 1 is its own right entity, k = 2 the right entity of
   its next link, ...). Samples whose chain ends before k hops are left out.
 
+Two more link sites read each direction where the information flow lets it arrive (plain tasks only):
+
+- `link_rootward`: the `link` labels (hop k: the symbol k hops root-ward of its left entity);
+- `link_leafward`: hop k is the symbol k − 1 links leaf-ward of its right entity (k = 1 its own left
+  entity, k = 2 the left entity of the link before it in the chain);
+
+each probe after layer t trained and read only on the links whose symbol set after t layers holds the
+label under the gather rule (`headway.tasks.retrieval.flow`), played on each link's own chain in its own
+link order. A causal model can compose a link only with a neighbour stated earlier, so over all links a
+composing model decodes hop 2 on about half of them and the `link` site misses it; the flow-gated sites
+see it in the orders where it can happen, in either direction.
+
 A probe is ridge regression onto one-hot labels (argmax decodes); layer 0 is the embedding. Each
 row reports its accuracy on the training samples and on held-out ones: a probe fitted on too few
 samples for its d_model features over-fits (train far above held-out) and under-reads what the
@@ -29,11 +41,13 @@ import torch
 
 from headway.analysis.inputs import instance_tokens
 from headway.model.transformer import EnsembleTransformer
-from headway.tasks.retrieval.positions import NONE, StatementMap, follow, reading_positions
+from headway.tasks.retrieval.flow import gathered_sets, initial_sets, order_chunks
+from headway.tasks.retrieval.positions import NONE, StatementMap, follow, link_numbers, reading_positions
 from headway.tasks.retrieval.config import RetrievalConfig
 from headway.tasks.retrieval.generator import RetrievalBatch
 
 SITES = ("query", "link")
+GATED_SITES = ("link_rootward", "link_leafward")  # link probes read where the flow lets each direction arrive
 # Training samples a probe needs: ten per feature is the usual floor for a linear read-out that does not
 # over-fit; twenty per symbol keeps every one-hot column of the targets fitted on more than a handful.
 SAMPLES_PER_FEATURE = 10
@@ -103,6 +117,58 @@ def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMa
     )
 
 
+def leafward_labels(smap: StatementMap, example: np.ndarray, statement: np.ndarray, max_hops: int) -> np.ndarray:
+    """[M, max_hops] labels of the `link_leafward` site: hop k is the left entity of the link k − 1 moves along
+    `prev_link` from each (example, statement) link (NONE past the chain's leaf)."""
+    labels = np.full((len(example), max_hops), NONE, dtype=np.int64)
+    current = statement[:, None]
+    pointers = smap.prev_link[example]
+    for k in range(max_hops):
+        valid = current[:, 0] >= 0
+        labels[valid, k] = smap.left[example[valid], current[valid, 0]]
+        current = follow(current, pointers, 1)
+    return labels
+
+
+def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, statement: np.ndarray, layers: int,
+               attention: str) -> tuple[np.ndarray, np.ndarray]:
+    """(root-ward, leaf-ward) [M, layers + 1, hops] bool: whether the gather rule lets each (example, statement)
+    link hold its hop-k label after 0..`layers` layers, played on the link's own chain in its link order."""
+    number, root = link_numbers(smap, cfg.hops)
+    n_statements = smap.n_statements
+    ex, st = np.nonzero(smap.is_link)
+    chain = ex * n_statements + root[ex, st]
+    order = np.lexsort((st, chain))
+    ex, st, chain = ex[order], st[order], chain[order]
+    if len(chain) % cfg.hops or not (chain.reshape(-1, cfg.hops) == chain[:: cfg.hops, None]).all():
+        raise ValueError(f"flow-gated probes need chains of {cfg.hops} links each")
+    orders = (number[ex, st] - 1).reshape(-1, cfg.hops)
+    reading = np.arange(cfg.hops) if cfg.layout == "packed" else 2 * np.arange(cfg.hops) + 1
+    held = np.zeros((len(orders), layers + 1, cfg.hops), dtype=np.uint64)  # [chains, layer, link in statement order]
+    start = 0
+    for chunk in order_chunks(orders, cfg.layout):
+        sets = initial_sets(chunk, cfg.layout)
+        for layer in range(layers + 1):
+            if layer:
+                sets = gathered_sets(sets, attention, cfg.layout, layers=1)
+            held[start : start + len(chunk), layer] = sets[:, reading]
+        start += len(chunk)
+    row = np.full((len(smap.is_link), n_statements), NONE, dtype=np.int64)
+    row[ex, st] = np.arange(len(ex))
+    picked = row[example, statement]
+    sets = held.transpose(0, 2, 1).reshape(-1, layers + 1)[picked]  # [M, layers + 1]
+    k = number[example, statement][:, None].astype(np.int64)  # link k holds x_k and x_{k-1}
+    hop = np.arange(1, cfg.hops + 1)[None, :]
+
+    def holds(bit: np.ndarray) -> np.ndarray:
+        valid = (bit >= 0) & (bit <= cfg.hops)
+        shifted = np.where(valid, bit, 0).astype(np.uint64)
+        have = (sets[:, :, None] >> shifted[:, None, :]) & np.uint64(1)
+        return (have == np.uint64(1)) & valid[:, None, :]
+
+    return holds(k - hop), holds(k + hop - 1)
+
+
 def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
               n_classes: int, ridge: float = 1e-2) -> tuple[float, float]:
     """(train, held-out) accuracy of a ridge-regression probe onto one-hot labels (features standardised
@@ -152,8 +218,9 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
                  test_fraction: float = 0.3, seed: int = 0, max_link_samples: int = 8192) -> pd.DataFrame:
     """Probe accuracy per (instance, layer, site, hops): held out (`accuracy`, on `samples` test samples)
     and on its own training samples (`train_accuracy`, `train_samples`), with the `chance` accuracy; examples
-    are split train/test once (seeded), so no example feeds both. Whether a hop counts as decoded is the
-    reader's threshold (`probe_reach`), not stored here."""
+    are split train/test once (seeded), so no example feeds both. Plain tasks add the flow-gated link sites
+    (`GATED_SITES`, module docstring) on the same link samples. Whether a hop counts as decoded is the reader's
+    threshold (`probe_reach`), not stored here."""
     rng = np.random.default_rng(seed)
     n = len(batch)
     is_test = np.zeros(n, dtype=bool)
@@ -168,16 +235,23 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
     features = stream_at(model, np.asarray(batch.tokens), np.concatenate([sites[s][0] for s in SITES]),
                          np.concatenate([reading[sites[s][1]] for s in SITES]))  # [E, L+1, samples, d_model]
     bounds = np.cumsum([0] + [len(sites[s][0]) for s in SITES])
+    layers = model.cfg.layers
+    parts = {site: (*sites[site], features[:, :, bounds[i] : bounds[i + 1]], None) for i, site in enumerate(SITES)}
+    if not cfg.conditional:  # the flow models plain chains only
+        example, statement, _ = sites["link"]
+        gates = flow_gates(cfg, smap, example, statement, layers, model.cfg.attention)
+        link_features = parts["link"][3]
+        parts["link_rootward"] = (example, statement, sites["link"][2], link_features, gates[0])
+        parts["link_leafward"] = (example, statement, leafward_labels(smap, example, statement, cfg.hops),
+                                  link_features, gates[1])
     rows = []
-    for i, site in enumerate(SITES):
-        example, _, labels = sites[site]
-        mine = features[:, :, bounds[i] : bounds[i + 1]]
+    for site, (example, _, labels, mine, gate) in parts.items():
         test = is_test[example]
         for k in range(labels.shape[1]):
-            have = labels[:, k] >= 0
-            train_rows, test_rows = have & ~test, have & test
             for instance in range(mine.shape[0]):
                 for layer in range(mine.shape[1]):
+                    have = labels[:, k] >= 0 if gate is None else (labels[:, k] >= 0) & gate[:, layer, k]
+                    train_rows, test_rows = have & ~test, have & test
                     x = mine[instance, layer]
                     train, held_out = fit_probe(x[train_rows], labels[train_rows, k], x[test_rows],
                                                 labels[test_rows, k], cfg.vocab)

@@ -176,13 +176,21 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
         f"**The cheapest compositional solution found**: {name}. Its links decode hops {run.link_farthest} and "
         f"its query hops {run.farthest} after layers 1…{run.layers}; its links read {run.reads} before the last "
         f"layer (strongest head: {run.link_next:.2f} of its attention on the root-ward neighbour, "
-        f"{run.link_prev:.2f} on the leaf-ward one); mean-ablating its composing heads ({run.composing_heads}) at "
-        f"the links costs {run.composing_drop:.2f} of accuracy, as many other heads of their layers "
-        f"{run.control_drop:.2f}.")
+        f"{run.link_prev:.2f} on the leaf-ward one); {_ablation_words(run)}.")
     _maps_figure(report, maps, "Attention maps of its circuit heads and of the heads that compose links (rows: "
                                "attending statement, columns: attended statement; red: the queried chain).")
     report.figure(diagram, "Its circuit, found automatically: roles per head, circuit heads outlined with their "
                            "mean-ablation accuracy drop Δ.")
+
+
+def _ablation_words(run: pd.Series) -> str:
+    """What ablating a run's composing heads cost, against the control that decided (`mechanism.CONTROLS`)."""
+    if run.get("control") == "positions":
+        return (f"mean-ablating its composing heads ({run.composing_heads}), every head of their layers, at the "
+                f"queried chain's links costs {run.chain_drop:.2f} of accuracy, at another chain's links "
+                f"{run.offchain_drop:.2f}")
+    return (f"mean-ablating its composing heads ({run.composing_heads}) at the links costs {run.composing_drop:.2f} "
+            f"of accuracy, as many other heads of their layers {run.control_drop:.2f}")
 
 
 def _write_or_clear(path: Path, table: pd.DataFrame) -> None:

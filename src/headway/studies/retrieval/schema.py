@@ -41,10 +41,11 @@ SCHEMAS = {
         "instance": "int", "layer": "int", "site": "str", "hops": "int", "accuracy": "float", "samples": "int",
         "train_accuracy": "float", "train_samples": "int", "passed": "bool", "chance": "float", **_TAGS},
         optional=("passed",)),
+    # the position control (`chain_drop`, `offchain_drop`) came with version 8; older caches lack it
     "composition": TableSchema.of({
         "instance": "int", "clean_accuracy": "float", "composing_heads": "str", "composing_drop": "float",
-        "control_sets": "int", "control_drop": "float", "uniform_next": "float", "uniform_prev": "float",
-        **_TAGS}),
+        "control_sets": "int", "control_drop": "float", "chain_drop": "float", "offchain_drop": "float",
+        "uniform_next": "float", "uniform_prev": "float", **_TAGS}, optional=("chain_drop", "offchain_drop")),
     # accuracy per link order of the queried chain (per order class beyond five hops): `headway.analysis.retrieval.orders`
     "orders": TableSchema.of({
         "instance": "int", "link_order": "str", "order_class": "str", "examples": "int", "correct": "int",

@@ -95,6 +95,20 @@ def follow(start: np.ndarray, pointers: np.ndarray, steps: int) -> np.ndarray:
     return current
 
 
+def link_numbers(smap: StatementMap, hops: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each link's number in its chain and its chain's root link, both [N, P] (NONE off the chains): link k of a
+    chain is [x_k, x_{k-1}], k = 1 the root link, so k is one more than the moves along `next_link` to the root.
+    Chains longer than `hops` links are cut at `hops` moves (the task's chains have `hops` links)."""
+    number = np.where(smap.is_link, 1, NONE)
+    root = np.where(smap.is_link, np.arange(smap.n_statements)[None, :], NONE)
+    for _ in range(hops):
+        onward = np.take_along_axis(smap.next_link, np.where(root >= 0, root, 0), axis=1)
+        moves = (root >= 0) & (onward >= 0)
+        number = np.where(moves, number + 1, number)
+        root = np.where(moves, onward, root)
+    return number, root
+
+
 def _match(is_link: np.ndarray, key: np.ndarray, target: np.ndarray) -> np.ndarray:
     """For each link, the link whose `target` entity equals its `key` entity (NONE when there is none)."""
     same = (key[:, :, None] == target[:, None, :]) & is_link[:, :, None] & is_link[:, None, :]
