@@ -66,10 +66,10 @@ def test_a_probe_short_of_samples_fits_its_training_set_and_under_reads_held_out
     assert held_out >= 0.9 and train - held_out < 0.05
 
 
-def test_probe_examples_give_ten_samples_per_feature_and_twenty_per_symbol():
-    assert probe_examples(64, 24) == 929  # 10 × 65 features on the 70% train split
-    assert probe_examples(128, 24) == 1843
-    assert probe_examples(16, 64) == 1829  # 20 × 64 symbols
+def test_probe_examples_give_eighty_samples_per_feature_and_twenty_per_symbol():
+    assert probe_examples(64, 24) == 7429  # 80 × 65 features on the 70% train split
+    assert probe_examples(128, 24) == 14743
+    assert probe_examples(4, 96) == 2743  # 20 × 96 symbols
 
 
 def reach_table(accuracy: dict[int, list[float]]) -> pd.DataFrame:

@@ -137,8 +137,10 @@ def _phase_section(report: Report, data: StudyData, tables: RetrievalTables, run
     report.paragraph(
         "Which formulations let L layers solve D > L hops. Each cell gives the mean final-hop accuracy, how many "
         "of its runs were classified compositional (comp: before the last layer its links decode hop 2 or beyond, "
-        "and mean-ablating the heads that compose them, at the links only, costs the answer more than ablating as "
-        "many other heads of those layers), linear (lin: D ≤ L without such composition, so one hop per layer) "
+        "over all links or over those the flow lets it reach in either direction, and mean-ablating the heads that "
+        "compose them, at the links only, costs the answer more than ablating as many other heads of those layers, "
+        "or, where they are every head of their layers, more at the queried chain's links than at another "
+        "chain's), linear (lin: D ≤ L without such composition, so one hop per layer) "
         "or not classifiable (?: the final-layer query probe reads the answer well below the model's accuracy, "
         "or D > L is solved without established composition), and the share of link orders from which the information flow of its attention "
         "can reach the answer (`headway reach`, docs/depth-bound.md). A hatched cell is unreachable at its depth: "
