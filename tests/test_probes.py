@@ -10,8 +10,8 @@ from headway.plots.probes import plot_probe_accuracy, plot_probe_reach
 from headway.runs.store import load_model
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.positions import map_statements, reading_positions
-from headway.analysis.retrieval.probes import (depth_probes, fit_probe, probe_examples, probe_reach, probe_targets,
-                                            residual_streams)
+from headway.analysis.retrieval.probes import (depth_probes, fit_probe, flow_gates, probe_examples, probe_reach,
+                                            probe_targets, residual_streams, walk_labels)
 from headway.tasks.retrieval.solver import solve
 from headway.train.sweep import train_runs
 
@@ -150,3 +150,33 @@ def test_trained_model_holds_the_link_but_not_the_next_symbol_in_its_embedding(t
     embedding = table[(table.layer == 0) & (table.hops == 1)].set_index("site").accuracy
     assert embedding["query"] <= 0.5
     assert embedding["link"] >= 0.95
+
+
+@pytest.mark.parametrize("layout", ["packed", "flat"])
+def test_leafward_labels_walk_the_chain_away_from_its_root(layout):
+    """Leaf-ward hop 1 is a link's own left entity, hop 2 the left entity of the link whose right entity it is."""
+    cfg = RetrievalConfig(vocab=24, chains=2, hops=3, layout=layout)
+    batch = generate(cfg, 40, 5)
+    smap = map_statements(cfg, batch)
+    example, statement = np.nonzero(smap.is_link)
+    labels = walk_labels(smap.left, smap.prev_link, example, statement, cfg.hops)
+    assert (labels[:, 0] == smap.left[example, statement]).all()
+    for i, p, row in zip(example, statement, labels):
+        before = [q for q in range(smap.n_statements) if smap.is_link[i, q] and smap.right[i, q] == smap.left[i, p]]
+        assert row[1] == (smap.left[i, before[0]] if before else -1)
+
+
+def test_flow_gates_follow_the_causal_mask_in_each_links_own_order():
+    """In chain order (root link first) every link but the root can hold hop 2 root-ward after one causal layer
+    and none leaf-ward; bidirectional attention opens both directions to every link that has the neighbour."""
+    cfg = RetrievalConfig(vocab=24, chains=3, hops=3, order="chain")
+    batch = generate(cfg, 60, 2)
+    smap = map_statements(cfg, batch)
+    targets = probe_targets(cfg, batch, smap, cfg.hops)
+    rootward, leafward = flow_gates(cfg, smap, targets.link_example, targets.link_statement, 2, "causal")
+    has_next = smap.next_link[targets.link_example, targets.link_statement] >= 0
+    assert (rootward[:, 0, 0]).all() and not rootward[:, 0, 1].any()  # a link holds its own symbols only
+    assert (rootward[:, 1, 1] == has_next).all() and not leafward[:, 1:, 1].any()
+    both = flow_gates(cfg, smap, targets.link_example, targets.link_statement, 1, "bidirectional")
+    has_prev = smap.prev_link[targets.link_example, targets.link_statement] >= 0
+    assert (both[0][:, 1, 1] == has_next).all() and (both[1][:, 1, 1] == has_prev).all()

@@ -102,13 +102,7 @@ def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMa
     chain = np.asarray(batch.chain)
     n = len(chain)
     link_example, link_statement = np.nonzero(smap.is_link)
-    link_labels = np.full((len(link_example), max_hops), NONE, dtype=np.int64)
-    current = link_statement[:, None]
-    pointers = smap.next_link[link_example]
-    for k in range(max_hops):
-        valid = current[:, 0] >= 0
-        link_labels[valid, k] = smap.right[link_example[valid], current[valid, 0]]
-        current = follow(current, pointers, 1)
+    link_labels = walk_labels(smap.right, smap.next_link, link_example, link_statement, max_hops)
     return ProbeTargets(
         query_example=np.arange(n),
         query_statement=np.full(n, smap.query),
@@ -119,15 +113,17 @@ def probe_targets(cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMa
     )
 
 
-def leafward_labels(smap: StatementMap, example: np.ndarray, statement: np.ndarray, max_hops: int) -> np.ndarray:
-    """[M, max_hops] labels of the `link_leafward` site: hop k is the left entity of the link k − 1 moves along
-    `prev_link` from each (example, statement) link (NONE past the chain's leaf)."""
+def walk_labels(entities: np.ndarray, pointers: np.ndarray, example: np.ndarray, statement: np.ndarray,
+                max_hops: int) -> np.ndarray:
+    """[M, max_hops] probe labels: hop k is `entities` [N, P] of the link k − 1 moves along `pointers` [N, P] from
+    each (example, statement) link (NONE past the chain's end). The right entities along `next_link` are the
+    `link` site's labels; the left ones along `prev_link` the `link_leafward` site's."""
     labels = np.full((len(example), max_hops), NONE, dtype=np.int64)
     current = statement[:, None]
-    pointers = smap.prev_link[example]
+    pointers = pointers[example]
     for k in range(max_hops):
         valid = current[:, 0] >= 0
-        labels[valid, k] = smap.left[example[valid], current[valid, 0]]
+        labels[valid, k] = entities[example[valid], current[valid, 0]]
         current = follow(current, pointers, 1)
     return labels
 
@@ -244,8 +240,8 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
         gates = flow_gates(cfg, smap, example, statement, layers, model.cfg.attention)
         link_features = parts["link"][3]
         parts["link_rootward"] = (example, statement, sites["link"][2], link_features, gates[0])
-        parts["link_leafward"] = (example, statement, leafward_labels(smap, example, statement, cfg.hops),
-                                  link_features, gates[1])
+        parts["link_leafward"] = (example, statement, walk_labels(smap.left, smap.prev_link, example, statement,
+                                                                  cfg.hops), link_features, gates[1])
     rows = []
     for site, (example, _, labels, mine, gate) in parts.items():
         test = is_test[example]
