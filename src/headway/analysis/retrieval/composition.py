@@ -45,10 +45,10 @@ def link_positions(cfg: RetrievalConfig) -> np.ndarray:
 def chain_link_positions(cfg: RetrievalConfig, smap: StatementMap) -> tuple[np.ndarray, np.ndarray]:
     """([B, n_ctx] bool, [B, n_ctx] bool): every position of the queried chain's links, and of the links of
     one other chain (the first in statement order whose root is not the queried chain's), per example."""
-    _, root = link_numbers(smap, cfg.hops)
-    queried_root = root[np.arange(len(root)), smap.hop_link[:, -1]]
     if (smap.hop_link[:, -1] == NONE).any():
         raise ValueError("the position control needs the queried chain's root link in every example")
+    _, root = link_numbers(smap, cfg.hops)
+    queried_root = root[np.arange(len(root)), smap.hop_link[:, -1]]
     other = (root >= 0) & (root != queried_root[:, None])
     if not other.any(axis=1).all():
         raise ValueError("the position control needs at least two chains (chains >= 2)")
@@ -95,9 +95,9 @@ def composition_check(heads: pd.DataFrame, intervention: HeadIntervention, unifo
     grids = [head_grid(chosen[chosen.instance == e], layers, n_heads) for e in range(n)]
     controls = [control_sets(grid, most, seed) for grid in grids]
     positions = torch.as_tensor(link_positions(intervention.cfg))
-    ablated = intervention.ablated_accuracy([[grid] if grid.any() else [] for grid in grids], positions=positions)
-    control = intervention.ablated_accuracy(controls, positions=positions)
     mine = [[grid] if grid.any() else [] for grid in grids]
+    ablated = intervention.ablated_accuracy(mine, positions=positions)
+    control = intervention.ablated_accuracy(controls, positions=positions)
     chain = offchain = [np.array([]) for _ in grids]  # one chain: no other chain to control with
     if intervention.cfg.chains >= 2:
         on_chain, off_chain = (torch.as_tensor(part) for part in chain_link_positions(intervention.cfg,
