@@ -53,6 +53,9 @@ def test_training_and_data_prompts_report_progress_in_a_log(tmp_path, monkeypatc
     train_runs([tiny_run(steps=4, eval_every=2, checkpoint_every=2)], tmp_path / "runs", device="cpu", progress=True)
     lines = capsys.readouterr().err.splitlines()
     assert any(": 1/4 steps (25%)" in line for line in lines) and any(": 4/4 steps (100%)" in line for line in lines)
+    before_any_step = next(line for line in lines if ": 1/4 steps" in line)  # shows the step-0 evaluation
+    assert "nan" not in before_any_step and "val_acc" in before_any_step, before_any_step
+    assert any("; loss " in line for line in lines if ": 4/4 steps" in line)
     assert main(["data", "prompts", "--formulations", "F1", "--max-hops", "3", "--questions", "2",
                  "--out", str(tmp_path / "prompts")]) == 0
     err = capsys.readouterr().err

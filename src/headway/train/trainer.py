@@ -248,9 +248,9 @@ class EnsembleTrainer:
                 self._reported.add(e)
         logged = rows[-len(self.runs):]
         live = [e for e in range(len(self.runs)) if active[e]]
-        if live:
-            bar.set_postfix(loss=f"{np.mean([train_loss[e] for e in live]):.4g}",
-                            val_acc=f"{np.mean([logged[e]['val_accuracy'] for e in live]):.3f}")
+        if live:  # before the first step there is no training loss to show, only the validation accuracy
+            shown = {"loss": f"{np.mean([train_loss[e] for e in live]):.4g}"} if count else {}
+            bar.set_postfix(**shown, val_acc=f"{np.mean([logged[e]['val_accuracy'] for e in live]):.3f}")
 
     def _save(self, model, optim: EnsembleAdam, state: TrainerState, step: int, rows: list, keep: set) -> None:
         weights = dict(model.named_parameters())
