@@ -85,8 +85,9 @@ def test_the_run_summary_weighs_every_reachable_order_the_same_and_keeps_missing
 
 def test_an_analysis_from_before_the_order_table_stays_current_without_it():
     assert RetrievalStudy.lacks(RetrievalStudy.version) == set()
-    assert RetrievalStudy.lacks(6) == {"orders"}
-    assert RetrievalStudy.lacks(7) == set()  # version 8 added optional rows and columns only
+    assert RetrievalStudy.lacks(6) == {"orders", "probe_orders"}
+    assert RetrievalStudy.lacks(7) == {"probe_orders"}  # version 8 added optional rows and columns only
+    assert RetrievalStudy.lacks(8) == {"probe_orders"}
     assert RetrievalStudy.lacks(5) is None  # version 6 changed the probes: older analyses are stale
     assert RetrievalStudy.lacks(RetrievalStudy.version + 1) is None
 

@@ -11,6 +11,7 @@ from headway.runs.store import load_model
 from headway.tasks.retrieval import RetrievalConfig, generate
 from headway.tasks.retrieval.positions import map_statements, reading_positions
 from headway.analysis.retrieval.probes import (depth_probes, fit_probe, flow_gates, probe_examples, probe_reach,
+                                            probe_tables,
                                             probe_targets, residual_streams, walk_labels)
 from headway.tasks.retrieval.solver import solve
 from headway.train.sweep import train_runs
@@ -180,3 +181,32 @@ def test_flow_gates_follow_the_causal_mask_in_each_links_own_order():
     both = flow_gates(cfg, smap, targets.link_example, targets.link_statement, 1, "bidirectional")
     has_prev = smap.prev_link[targets.link_example, targets.link_statement] >= 0
     assert (both[0][:, 1, 1] == has_next).all() and (both[1][:, 1, 1] == has_prev).all()
+
+
+def test_gated_probes_read_per_order_class_where_the_flow_lets_each_link_hold_its_hop():
+    """The per-class table splits each gated probe's held-out samples by its link's chain class and link number:
+    after one causal layer link k holds leaf-ward hop 2 only where link k + 1 comes first (class position k is
+    '>'), its rows add up to the pooled probe's, and the embedding holds every link's own right entity."""
+    cfg = RetrievalConfig(vocab=24, chains=3, hops=3)
+    model = EnsembleTransformer.from_seeds(ModelConfig(layers=2, heads=2, d_model=16, attention="causal"),
+                                           cfg.d_vocab, cfg.n_ctx, cfg.d_out, seeds=[0])
+    batch = generate(cfg, 600, 3)
+    table, orders = probe_tables(model, cfg, batch, map_statements(cfg, batch), max_link_samples=4000)
+    assert set(orders.site) == {"link_rootward", "link_leafward"}
+    assert set(orders.order_class) == {"<<", "<>", "><", ">>"} and set(orders.link) == {1, 2, 3}
+    after_one = orders[(orders.site == "link_leafward") & (orders.layer == 1) & (orders.probe_hops == 2)]
+    assert len(after_one) and all(row.order_class[row.link - 1] == ">" for row in after_one.itertuples())
+    pooled = table.set_index(["instance", "layer", "site", "hops"])
+    split = orders.assign(correct=orders.accuracy * orders.samples).rename(columns={"probe_hops": "hops"}).groupby(
+        ["instance", "layer", "site", "hops"])[["samples", "correct"]].sum()
+    both = split.merge(pooled, left_index=True, right_index=True, suffixes=("", "_pooled"))
+    assert (both.samples == both.samples_pooled).all()
+    assert np.allclose(both.correct / both.samples, both.accuracy)
+    embedded = orders[(orders.site == "link_rootward") & (orders.layer == 0) & (orders.probe_hops == 1)]
+    assert len(embedded) == 12 and (embedded.accuracy >= 0.5).all()  # chance is 1/24
+    long = RetrievalConfig(vocab=40, chains=3, hops=6)
+    long_batch = generate(long, 50, 1)
+    long_model = EnsembleTransformer.from_seeds(ModelConfig(layers=1, heads=2, d_model=16), long.d_vocab, long.n_ctx,
+                                                long.d_out, seeds=[0])
+    beyond = probe_tables(long_model, long, long_batch, map_statements(long, long_batch), max_link_samples=300)[1]
+    assert beyond.empty  # beyond five hops: no per-class rows

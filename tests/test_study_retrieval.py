@@ -223,6 +223,10 @@ def test_accuracy_is_split_by_link_order_beside_what_the_flow_allows(study):
     assert pd.isna(phase.loc[(1, 2), "solved_in_reachable"])
     html = (study / "report.html").read_text()
     assert "Accuracy per link order" in html and (study / "figures" / "order_accuracy.png").is_file()
+    probed = pd.read_csv(study / "probe_order_table.csv", keep_default_na=False)  # gated link probes per order class
+    assert set(probed.site) == {"link_rootward", "link_leafward"} and set(probed.run_id) <= set(results.run_id)
+    assert set(probed[probed.hops == 2].order_class) <= {"<", ">"} and set(probed[probed.hops == 1].order_class) == {""}
+    assert (probed.probe_hops <= probed.hops).all() and (probed.link <= probed.hops).all()
 
 
 def test_an_analysis_from_before_the_order_table_is_read_without_it(study, tmp_path, capsys):
@@ -234,11 +238,12 @@ def test_an_analysis_from_before_the_order_table_is_read_without_it(study, tmp_p
     shutil.copytree(study, copy)
     for done in (copy / "analysis").rglob("done.json"):
         (done.parent / "orders.parquet").unlink()
+        (done.parent / "probe_orders.parquet").unlink()
         layout.write_json(done, {**layout.read_json(done), "version": 6})
     for weights in (copy / "runs").rglob("*.safetensors"):
         weights.unlink()  # analysing again would now fail: the test proves it is not attempted
     assert main([*ARGS, "--out", str(copy)]) == 0
-    assert not (copy / "order_table.csv").exists()
+    assert not (copy / "order_table.csv").exists() and not (copy / "probe_order_table.csv").exists()
     assert "analysed before the per-order table existed" in (copy / "report.html").read_text()
     phase = pd.read_csv(copy / "phase_table.csv")
     assert phase.solved_in_reachable.isna().all() and phase.reachable_accuracy.isna().all()

@@ -40,6 +40,7 @@ import pandas as pd
 import torch
 
 from headway.analysis.inputs import instance_tokens
+from headway.analysis.retrieval.orders import ORDER_ROWS_HOPS, order_classes
 from headway.model.transformer import EnsembleTransformer
 from headway.tasks.retrieval.flow import gathered_sets, initial_sets, order_chunks
 from headway.tasks.retrieval.positions import NONE, StatementMap, follow, link_numbers, reading_positions
@@ -128,10 +129,10 @@ def walk_labels(entities: np.ndarray, pointers: np.ndarray, example: np.ndarray,
     return labels
 
 
-def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, statement: np.ndarray, layers: int,
-               attention: str) -> tuple[np.ndarray, np.ndarray]:
-    """(root-ward, leaf-ward) [M, layers + 1, hops] bool: whether the gather rule lets each (example, statement)
-    link hold its hop-k label after 0..`layers` layers, played on the link's own chain in its link order."""
+def _link_chains(cfg: RetrievalConfig, smap: StatementMap) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every link of the batch, chain by chain: the link numbers minus one of each chain in statement order
+    (its link order, [chains, hops]), each link's row in that flattening ([N, P], NONE off the chains) and each
+    link's number ([N, P])."""
     number, root = link_numbers(smap, cfg.hops)
     n_statements = smap.n_statements
     ex, st = np.nonzero(smap.is_link)
@@ -140,7 +141,25 @@ def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, st
     ex, st, chain = ex[order], st[order], chain[order]
     if len(chain) % cfg.hops or not (chain.reshape(-1, cfg.hops) == chain[:: cfg.hops, None]).all():
         raise ValueError(f"flow-gated probes need chains of {cfg.hops} links each")
-    orders = (number[ex, st] - 1).reshape(-1, cfg.hops)
+    row = np.full((len(smap.is_link), n_statements), NONE, dtype=np.int64)
+    row[ex, st] = np.arange(len(ex))
+    return (number[ex, st] - 1).reshape(-1, cfg.hops), row, number
+
+
+def link_classes(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray,
+                 statement: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per (example, statement) link: the order class of its own chain (`orders.order_classes`: for each pair of
+    neighbours, whether the root-ward one comes first) and its link number k (1 = the root link)."""
+    orders, row, number = _link_chains(cfg, smap)
+    classes = np.repeat(order_classes(orders), cfg.hops)
+    return classes[row[example, statement]], number[example, statement].astype(np.int64)
+
+
+def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, statement: np.ndarray, layers: int,
+               attention: str) -> tuple[np.ndarray, np.ndarray]:
+    """(root-ward, leaf-ward) [M, layers + 1, hops] bool: whether the gather rule lets each (example, statement)
+    link hold its hop-k label after 0..`layers` layers, played on the link's own chain in its link order."""
+    orders, row, number = _link_chains(cfg, smap)
     reading = np.arange(cfg.hops) if cfg.layout == "packed" else 2 * np.arange(cfg.hops) + 1
     held = np.zeros((len(orders), layers + 1, cfg.hops), dtype=np.uint64)  # [chains, layer, link in statement order]
     start = 0
@@ -151,10 +170,7 @@ def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, st
                 sets = gathered_sets(sets, attention, cfg.layout, layers=1)
             held[start : start + len(chunk), layer] = sets[:, reading]
         start += len(chunk)
-    row = np.full((len(smap.is_link), n_statements), NONE, dtype=np.int64)
-    row[ex, st] = np.arange(len(ex))
-    picked = row[example, statement]
-    sets = held.transpose(0, 2, 1).reshape(-1, layers + 1)[picked]  # [M, layers + 1]
+    sets = held.transpose(0, 2, 1).reshape(-1, layers + 1)[row[example, statement]]  # [M, layers + 1]
     k = number[example, statement][:, None].astype(np.int64)  # link k holds x_k and x_{k-1}
     hop = np.arange(1, cfg.hops + 1)[None, :]
 
@@ -169,10 +185,18 @@ def flow_gates(cfg: RetrievalConfig, smap: StatementMap, example: np.ndarray, st
 
 def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
               n_classes: int, ridge: float = 1e-2) -> tuple[float, float]:
-    """(train, held-out) accuracy of a ridge-regression probe onto one-hot labels (features standardised
-    on the train set, unpenalised bias, penalty `ridge` per sample); closed form in float64, so deterministic."""
+    """(train, held-out) accuracy of a ridge-regression probe onto one-hot labels (`probe_hits`)."""
+    train, hits = probe_hits(x_train, y_train, x_test, y_test, n_classes, ridge)
+    return train, float(hits.mean()) if len(hits) else float("nan")
+
+
+def probe_hits(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_test: np.ndarray,
+               n_classes: int, ridge: float = 1e-2) -> tuple[float, np.ndarray]:
+    """Train accuracy and, per held-out sample, whether it is decoded, of a ridge-regression probe onto one-hot
+    labels (features standardised on the train set, unpenalised bias, penalty `ridge` per sample); closed form
+    in float64, so deterministic. Without samples on either side: NaN and no hits."""
     if len(y_test) == 0 or len(y_train) == 0:
-        return float("nan"), float("nan")
+        return float("nan"), np.zeros(0, dtype=bool)
     x = torch.as_tensor(np.asarray(x_train), dtype=torch.float64)
     mean, std = x.mean(0), x.std(0, correction=0)
     std = torch.where(std > 1e-12, std, torch.ones_like(std))
@@ -188,7 +212,7 @@ def fit_probe(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_te
     weights = torch.linalg.solve(a.T @ a + torch.diag(penalty), a.T @ targets.to(torch.float64))
     fitted = (a @ weights).argmax(1).numpy()
     predicted = (design(x_test) @ weights).argmax(1).numpy()
-    return float((fitted == np.asarray(y_train)).mean()), float((predicted == np.asarray(y_test)).mean())
+    return float((fitted == np.asarray(y_train)).mean()), predicted == np.asarray(y_test)
 
 
 @torch.no_grad()
@@ -214,11 +238,23 @@ def stream_at(model: EnsembleTransformer, tokens: np.ndarray, example: np.ndarra
 
 def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap,
                  test_fraction: float = 0.3, seed: int = 0, max_link_samples: int = 8192) -> pd.DataFrame:
+    """Probe accuracy per (instance, layer, site, hops): the first table of `probe_tables`."""
+    return probe_tables(model, cfg, batch, smap, test_fraction, seed, max_link_samples)[0]
+
+
+def probe_tables(model: EnsembleTransformer, cfg: RetrievalConfig, batch: RetrievalBatch, smap: StatementMap,
+                 test_fraction: float = 0.3, seed: int = 0,
+                 max_link_samples: int = 8192) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Probe accuracy per (instance, layer, site, hops): held out (`accuracy`, on `samples` test samples)
     and on its own training samples (`train_accuracy`, `train_samples`), with the `chance` accuracy; examples
     are split train/test once (seeded), so no example feeds both. Plain tasks add the flow-gated link sites
     (`GATED_SITES`, module docstring) on the same link samples. Whether a hop counts as decoded is the reader's
-    threshold (`probe_reach`), not stored here."""
+    threshold (`probe_reach`), not stored here.
+
+    The second table reads the gated sites' probes per order class of each link's chain and link number
+    (`order_class`, `link`: columns `ORDER_COLUMNS`), held out: whether the links of the orders a model fails
+    hold what the flow lets them hold. It has rows up to `ORDER_ROWS_HOPS` hops (16 classes of 5 links at
+    D = 5), and none for conditional tasks."""
     rng = np.random.default_rng(seed)
     n = len(batch)
     is_test = np.zeros(n, dtype=bool)
@@ -235,6 +271,7 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
     bounds = np.cumsum([0] + [len(sites[s][0]) for s in SITES])
     layers = model.cfg.layers
     parts = {site: (*sites[site], features[:, :, bounds[i] : bounds[i + 1]], None) for i, site in enumerate(SITES)}
+    classes = None
     if not cfg.conditional:  # the flow models plain chains only
         example, statement, _ = sites["link"]
         gates = flow_gates(cfg, smap, example, statement, layers, model.cfg.attention)
@@ -242,7 +279,10 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
         parts["link_rootward"] = (example, statement, sites["link"][2], link_features, gates[0])
         parts["link_leafward"] = (example, statement, walk_labels(smap.left, smap.prev_link, example, statement,
                                                                   cfg.hops), link_features, gates[1])
-    rows = []
+        if cfg.hops <= ORDER_ROWS_HOPS:
+            classes = pd.DataFrame(dict(zip(("order_class", "link"),
+                                            link_classes(cfg, smap, example, statement), strict=True)))
+    rows, by_class = [], []
     for site, (example, _, labels, mine, gate) in parts.items():
         test = is_test[example]
         for k in range(labels.shape[1]):
@@ -251,14 +291,29 @@ def depth_probes(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
                     have = labels[:, k] >= 0 if gate is None else (labels[:, k] >= 0) & gate[:, layer, k]
                     train_rows, test_rows = have & ~test, have & test
                     x = mine[instance, layer]
-                    train, held_out = fit_probe(x[train_rows], labels[train_rows, k], x[test_rows],
-                                                labels[test_rows, k], cfg.vocab)
-                    rows.append({"instance": instance, "layer": layer, "site": site, "hops": k + 1,
-                                 "accuracy": held_out, "samples": int(test_rows.sum()), "train_accuracy": train,
+                    train, hits = probe_hits(x[train_rows], labels[train_rows, k], x[test_rows],
+                                             labels[test_rows, k], cfg.vocab)
+                    key = {"instance": instance, "layer": layer, "site": site}
+                    rows.append({**key, "hops": k + 1, "accuracy": float(hits.mean()) if len(hits) else float("nan"),
+                                 "samples": int(test_rows.sum()), "train_accuracy": train,
                                  "train_samples": int(train_rows.sum())})
+                    if classes is not None and gate is not None and len(hits):
+                        by_class.append(_class_rows(classes[test_rows].assign(hit=hits),
+                                                    {**key, "probe_hops": k + 1}))
     table = pd.DataFrame(rows)
     table["chance"] = 1.0 / cfg.vocab
-    return table
+    orders = pd.concat(by_class, ignore_index=True) if by_class else pd.DataFrame(columns=list(ORDER_COLUMNS))
+    return table, orders
+
+
+# `probe_hops`: the hop the probe decodes (the `hops` column of the first table), named apart from a cell's D
+ORDER_COLUMNS = ("instance", "layer", "site", "probe_hops", "order_class", "link", "samples", "accuracy")
+
+
+def _class_rows(reads: pd.DataFrame, key: dict) -> pd.DataFrame:
+    """Held-out hits of one probe (`reads`: order_class, link, hit per sample) as a row per class and link."""
+    grouped = reads.groupby(["order_class", "link"], sort=True).hit.agg(["size", "mean"]).reset_index()
+    return grouped.rename(columns={"size": "samples", "mean": "accuracy"}).assign(**key)[list(ORDER_COLUMNS)]
 
 
 def probe_reach(table: pd.DataFrame, threshold: float) -> pd.DataFrame:

@@ -19,7 +19,7 @@ from headway.analysis.retrieval.composition import composition_check
 from headway.analysis.retrieval.heads import head_scores, statement_patterns, uniform_link_mass
 from headway.analysis.retrieval.interventions import HeadIntervention, head_effects
 from headway.tasks.retrieval.positions import map_statements
-from headway.analysis.retrieval.probes import depth_probes, probe_examples
+from headway.analysis.retrieval.probes import probe_examples, probe_tables
 from headway.analysis.retrieval.faithfulness import circuit_check
 from headway.analysis.retrieval.orders import ORDER_EXAMPLES, order_accuracy
 from headway.analysis.retrieval.paths import path_patching
@@ -35,7 +35,8 @@ CURVE_EXAMPLES = 256  # of those, the ones scored at every checkpoint: attention
 def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], device: torch.device | str,
                     rules: RetrievalRules, examples: int = EXAMPLES,
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
-    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition, orders) for
+    """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition, orders,
+    probe_orders) for
     the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
     analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random sets, their
     sweeps)."""
@@ -56,7 +57,7 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
     composition = composition_check(scores, intervention, uniform_link_mass(smap, causal), rules.read_level)
     probed = generate(task, max(examples, probe_examples(model_cfg.d_model, task.vocab)),
                       np.random.default_rng(ANALYSIS_SEED))
-    probes = depth_probes(model, task, probed, map_statements(task, probed))
+    probes, probe_orders = probe_tables(model, task, probed, map_statements(task, probed))
     ordered = generate(task, ORDER_EXAMPLES, np.random.default_rng(ANALYSIS_SEED))
     orders = order_accuracy(model, task, ordered, map_statements(task, ordered))
     curves = []
@@ -69,4 +70,4 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
         curves.append(frame)
     return {"heads": heads, "circuit": circuit, "paths": paths, "circuit_sensitivity": sensitivity,
             "head_curves": pd.concat(curves, ignore_index=True), "probes": probes, "composition": composition,
-            "orders": orders}
+            "orders": orders, "probe_orders": probe_orders}

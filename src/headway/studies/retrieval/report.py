@@ -34,7 +34,7 @@ def write_outputs(data: StudyData, tables: RetrievalTables, verdicts: list[Verdi
     layout.write_text(out / "results.csv", tables.results.to_csv(index=False))
     layout.write_text(out / "depth_table.csv", tables.depth.to_csv(index=False))
     for name, table in (("phase_table.csv", tables.phase), ("factor_table.csv", tables.factors),
-                        ("order_table.csv", tables.orders)):
+                        ("order_table.csv", tables.orders), ("probe_order_table.csv", tables.probe_orders)):
         _write_or_clear(out / name, table)
 
     report = Report("Stacked attention heads on the retrieval problem",
@@ -229,6 +229,11 @@ def _order_section(report: Report, tables: RetrievalTables, figures: Path, rules
     report.table(tables.order_runs, "Per run: order rows, those reachable at its depth, the fewest examples of a "
                                     "row, mean accuracy over reachable and over unreachable orders, the share of "
                                     "reachable orders solved and the worst reachable order.")
+    if not tables.probe_orders.empty:
+        report.paragraph(
+            "`probe_order_table.csv` reads the flow-gated link probes (Depth probes) per order class of each link's "
+            "chain and its link number, held out: whether the links of a failing class hold, after each layer, "
+            "the root-ward and leaf-ward hops the flow lets them hold there (a row exists only where it does).")
 
 
 def _maps_figure(report: Report, maps: Path | None, caption: str) -> None:

@@ -46,6 +46,10 @@ SCHEMAS = {
         "instance": "int", "clean_accuracy": "float", "composing_heads": "str", "composing_drop": "float",
         "control_sets": "int", "control_drop": "float", "chain_drop": "float", "offchain_drop": "float",
         "uniform_next": "float", "uniform_prev": "float", **_TAGS}, optional=("chain_drop", "offchain_drop")),
+    # the flow-gated link probes read per order class of each link's chain and link number (version 9)
+    "probe_orders": TableSchema.of({
+        "instance": "int", "layer": "int", "site": "str", "probe_hops": "int", "order_class": "str", "link": "int",
+        "samples": "int", "accuracy": "float", **_TAGS}),
     # accuracy per link order of the queried chain (per order class beyond five hops): `headway.analysis.retrieval.orders`
     "orders": TableSchema.of({
         "instance": "int", "link_order": "str", "order_class": "str", "examples": "int", "correct": "int",

@@ -29,11 +29,13 @@ class RetrievalStudy(Study):
     run_settings = ("steps", "vocab", "chains", "d_model", "loss")
     schemas = SCHEMAS
     # 6: probes sized by d_model and vocab, with train accuracy; the composition check; 7: orders; 8: flow-gated
-    # link probes (rows of two more sites) and the position control (two optional composition columns)
-    version = 8
+    # link probes (rows of two more sites) and the position control (two optional composition columns); 9: the
+    # gated probes read per order class
+    version = 9
     # a version-6 analysis is current without its per-order table, a version-7 one without version 8's rows and
-    # columns (its weights may not be kept): the classifier then reads the evidence it has
-    added_tables = {7: ("orders",), 8: ()}
+    # columns, a version-8 one without the per-class probe reads (its weights may not be kept): the classifier then
+    # reads the evidence it has
+    added_tables = {7: ("orders",), 8: (), 9: ("probe_orders",)}
     rules_class = RetrievalRules
 
     def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:

@@ -67,6 +67,7 @@ class RetrievalTables:
     factors: pd.DataFrame  # composing runs per level of one factor with the others fixed (factors.factor_table)
     orders: pd.DataFrame  # accuracy per run and link order (or order class), beside the flow (analysis.retrieval.orders)
     order_runs: pd.DataFrame  # per run: accuracy in the orders its depth lets through and in the others
+    probe_orders: pd.DataFrame  # gated link probes per run, order class and link number (analysis.retrieval.probes)
 
 
 def summarise(data: StudyData) -> RetrievalTables:
@@ -127,6 +128,7 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
     minimal = measured_min_layers(depth, by=facets)
     reach = probe_reach_table(data.tables["probes"], final, rules.reach_accuracy)
     orders = order_rows(data.tables.get("orders", pd.DataFrame()), final)
+    probe_orders = order_rows(data.tables.get("probe_orders", pd.DataFrame()), final)
     order_runs = run_order_summary(orders, rules.solved_accuracy)
     mechanism_class = run_mechanisms(final, data.tables["probes"], heads, data.tables["composition"],
                                      rules.mechanism_rule())
@@ -138,7 +140,8 @@ def derive(data: StudyData, rules: RetrievalRules) -> RetrievalTables:
                            .merge(link_reads(heads), on="run_id", how="left").merge(order_runs, on="run_id", how="left"),
                            heads=heads, probes=data.tables["probes"], mechanism_class=mechanism_class,
                            phase=phase_table(final, metrics, mechanism_class, rules.solved_accuracy, order_runs),
-                           factors=factor_table(final, mechanism_class, rules), orders=orders, order_runs=order_runs)
+                           factors=factor_table(final, mechanism_class, rules), orders=orders, order_runs=order_runs,
+                           probe_orders=probe_orders)
 
 
 def link_reads(heads: pd.DataFrame) -> pd.DataFrame:
@@ -158,8 +161,8 @@ def link_reads(heads: pd.DataFrame) -> pd.DataFrame:
 
 
 def order_rows(orders: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
-    """The analysis' per-order table of the study's runs, each row with its run's cell and seed in front (empty
-    for results analysed before the table existed)."""
+    """An analysis table per order (or order class) of the study's runs, each row with its run's cell and seed in
+    front (empty for results analysed before the table existed)."""
     if orders.empty:
         return pd.DataFrame()
     facets = [f for f in FACETS if f in final.columns]
