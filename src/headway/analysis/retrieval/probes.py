@@ -55,6 +55,9 @@ GATED_SITES = ("link_rootward", "link_leafward")  # link probes read where the f
 # per feature is where it stopped rising. Twenty per symbol keeps every one-hot column fitted on more than a handful.
 SAMPLES_PER_FEATURE = 80
 SAMPLES_PER_CLASS = 20
+# columns of the gated probes read per order class (`probe_tables`); `probe_hops` is the hop the probe decodes (the
+# first table's `hops`), named apart from a cell's D
+ORDER_COLUMNS = ("instance", "layer", "site", "probe_hops", "order_class", "link", "samples", "accuracy")
 
 
 @dataclass(frozen=True)
@@ -304,10 +307,6 @@ def probe_tables(model: EnsembleTransformer, cfg: RetrievalConfig, batch: Retrie
     table["chance"] = 1.0 / cfg.vocab
     orders = pd.concat(by_class, ignore_index=True) if by_class else pd.DataFrame(columns=list(ORDER_COLUMNS))
     return table, orders
-
-
-# `probe_hops`: the hop the probe decodes (the `hops` column of the first table), named apart from a cell's D
-ORDER_COLUMNS = ("instance", "layer", "site", "probe_hops", "order_class", "link", "samples", "accuracy")
 
 
 def _class_rows(reads: pd.DataFrame, key: dict) -> pd.DataFrame:

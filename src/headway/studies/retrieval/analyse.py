@@ -36,10 +36,9 @@ def analyse_members(run_dir: Path, runs: list[RunConfig], members: list[int], de
                     rules: RetrievalRules, examples: int = EXAMPLES,
                     curve_examples: int = CURVE_EXAMPLES) -> dict[str, pd.DataFrame]:
     """Every analysis table (heads, circuit, paths, circuit_sensitivity, head_curves, probes, composition, orders,
-    probe_orders) for
-    the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing `members`, by the
-    analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random sets, their
-    sweeps)."""
+    probe_orders) for the instances `members` (one task) of the ensemble at `run_dir`, `instance` indexing
+    `members`, by the analysis-stage `rules` (role score, circuit drop, sufficient faithfulness, read level, random
+    sets, their sweeps)."""
     task, model_cfg = runs[members[0]].task, runs[members[0]].model
     causal = model_cfg.attention == "causal"
     batch = generate(task, examples, np.random.default_rng(ANALYSIS_SEED))
