@@ -204,8 +204,11 @@ def test_study_options_come_from_the_plan(capsys):
                             "--curriculum", "ic", "--conditional-hops", "none", "--dry-run"], capsys)
     assert code == 0 and "depth: 2 runs in 2 ensemble(s)" in out and "conditional: not run" in out
     code, out, _ = run_cli(["study", "retrieval", "--help"], capsys)
-    for option in ("--seed", "--curriculum", "--layout", "--conditional-seed", "--steps", "--vocab"):
+    for option in ("--seed", "--curriculum", "--layout", "--conditional-seed", "--steps", "--vocab", "--heads"):
         assert option in out
+    code, _, err = run_cli(["study", "retrieval", "--out", "unused", "--layers", "2", "--hops", "1", "--seed", "0",
+                            "--conditional-hops", "none", "--heads", "7", "--dry-run"], capsys)
+    assert code == 2 and "heads = 7" in err and "divisible" in err
     code, _, err = run_cli(["study", "retrieval", "--out", "unused", "--layout", "diagonal", "--dry-run"], capsys)
     assert code == 2 and "diagonal" in err
 

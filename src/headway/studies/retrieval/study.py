@@ -26,7 +26,7 @@ class RetrievalStudy(Study):
     doc = "docs/study-retrieval.md"
     plan_class = RetrievalPlan
     scales = STUDY_SCALES
-    run_settings = ("steps", "vocab", "chains", "d_model", "loss")
+    run_settings = ("steps", "vocab", "chains", "heads", "d_model", "loss")
     schemas = SCHEMAS
     # 6: probes sized by d_model and vocab, with train accuracy; the composition check; 7: orders; 8: flow-gated
     # link probes (rows of two more sites) and the position control (two optional composition columns); 9: the
