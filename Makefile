@@ -27,8 +27,9 @@ $(EXTRAS): $(CORE)
 demo: $(CORE)
 	$(BIN)/headway demo --out runs/demo
 
+# Two pytest-xdist workers of one thread each, a test file per worker at a time (module fixtures train once).
 test: $(EXTRAS)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(EXTRAS)
 	$(BIN)/python benchmarks/bench_training.py

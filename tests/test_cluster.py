@@ -212,11 +212,12 @@ def test_requests_no_node_can_hold_end_with_status_2_before_anything_runs(cluste
 
 
 @pytest.mark.parametrize("address, message", [
-    (f"127.0.0.1:{free_port()}", "no Ray cluster at --ray-address 127.0.0.1:"),
+    ("127.0.0.1:{free}", "no Ray cluster at --ray-address 127.0.0.1:"),  # a port free when the test runs
     ("headnode", "is not an address; write HOST:PORT"),
     ("10.0.0.5:99999", "is not an address"),
 ])
 def test_bad_or_unreachable_addresses_end_with_status_2_and_one_line(address, message, tmp_path):
+    address = address.format(free=free_port())
     result = subprocess.run([HEADWAY, *SWEEP, "--out", str(tmp_path / "out"), "--executor", "ray",
                              "--ray-address", address], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2

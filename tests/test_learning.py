@@ -18,12 +18,13 @@ STEPS = 1000
 SEEDS = [0, 1]
 
 
-def final_accuracies(tmp_path, layers: int, hops: int, precision: str = "fp32") -> list[float]:
+def final_accuracies(tmp_path, layers: int, hops: int, precision: str = "fp32", seeds: list[int] = SEEDS
+                     ) -> list[float]:
     base = {**scale_settings("cpu"), "steps": STEPS, "layout": "packed", "curriculum": "ic"}
-    runs = expand_grid(base, {"layers": [layers], "hops": [hops], "seed": SEEDS})
+    runs = expand_grid(base, {"layers": [layers], "hops": [hops], "seed": seeds})
     final = final_metrics(train_runs(runs, tmp_path, device="cpu", progress=False,
                                      compute=ComputeSettings(precision=precision)))
-    assert len(final) == len(SEEDS)
+    assert len(final) == len(seeds)
     return final.val_accuracy.tolist()
 
 
@@ -33,14 +34,21 @@ def test_one_layer_learns_one_hop(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_two_hops_need_two_layers(tmp_path, precision):
-    """The depth claim at both training precisions: bf16 autocast (the GPU default) must not change it."""
+def test_two_hops_need_two_layers(tmp_path):
     chance_roots = 1 / scale_settings("cpu")["chains"]
-    two = final_accuracies(tmp_path / "two", layers=2, hops=2, precision=precision)
-    one = final_accuracies(tmp_path / "one", layers=1, hops=2, precision=precision)
+    two = final_accuracies(tmp_path / "two", layers=2, hops=2)
+    one = final_accuracies(tmp_path / "one", layers=1, hops=2)
     assert min(two) >= 0.98, two
     assert all(abs(acc - chance_roots) <= 0.10 for acc in one), (one, chance_roots)
+
+
+@pytest.mark.slow
+def test_two_layers_still_learn_two_hops_under_bf16_autocast(tmp_path):
+    """bf16 autocast (the GPU default) must not stop the learning the depth claim rests on. One seed of the
+    two-layer arm: a CPU without AVX-512 emulates bf16 (8x the fp32 time here), and one layer failing two
+    hops is no test of the precision."""
+    two = final_accuracies(tmp_path, layers=2, hops=2, precision="bf16", seeds=[0])
+    assert min(two) >= 0.98, two
 
 
 COMPOSITIONAL = {"chains": 2, "vocab": 12, "hops": 3, "layers": 2, "order": "chain", "supervision": "dense"}
