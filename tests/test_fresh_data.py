@@ -31,10 +31,3 @@ def test_the_dry_run_says_which_data_the_runs_draw(tmp_path, capsys):
     assert "data: each seed its own (data_seed = seed)" in capsys.readouterr().out
     assert main(args) == 0
     assert "every run draws from data_seed 0" in capsys.readouterr().out
-
-
-def test_the_study_sets_the_heads_of_every_run_when_asked():
-    """`headway study retrieval --heads 8` (a run setting like --d-model): every run of every grid gets 8 heads."""
-    runs = study_plan("cpu").with_overrides(**AXES).with_settings(heads=8).runs()
-    assert {run.model.heads for run in runs} == {8} and len(runs) == 3
-    assert {run.model.heads for run in study_plan("cpu").with_overrides(**AXES).runs()} == {4}

@@ -9,6 +9,7 @@ import pytest
 from headway.cli.main import main
 from headway.runs.owner import folder_kind
 from headway.studies.cells import cell_name, setting_cells, write_cell_tables
+from headway.studies.retrieval.plan import study_plan
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -18,6 +19,15 @@ def test_cells_are_every_combination_of_the_swept_settings_named_as_variant_spec
     assert [cell_name(cell) for cell in cells] == ["vocab=48+loss=mse", "vocab=48+loss=cross_entropy",
                                                    "vocab=96+loss=mse", "vocab=96+loss=cross_entropy"]
     assert setting_cells({}) == [{}]
+
+
+def test_the_retrieval_study_sets_the_heads_of_every_run_in_both_grids():
+    """`headway study retrieval --heads 8` is a run setting like --d-model: every run of every grid gets 8 heads."""
+    plan = study_plan("cpu").with_overrides(layers=(2,), hops=(3,), seeds=(3,), curricula=("ic",),
+                                            conditional_hops=(1,), conditional_layers=(1,), conditional_seeds=(5,))
+    runs = plan.with_settings(heads=8).runs()
+    assert {run.model.heads for run in runs} == {8} and sorted(run.seed for run in runs) == [3, 5]  # both grids
+    assert {run.model.heads for run in plan.runs()} == {4}
 
 
 def test_a_listed_run_setting_runs_one_study_per_value_and_gathers_them(tmp_path, capsys):
