@@ -33,6 +33,9 @@ def class_accuracy(order_table: Any, orders: list[str], factor: str) -> Any:
         raise ValueError(f"factor {factor!r} is not a column of order_table.csv; use one of "
                          f"{', '.join(order_table.columns)}")
     rows = order_table[order_table.link_order.isin(orders)]
+    unread = sorted(set(rows.run_id[rows.accuracy.isna()]))
+    if unread:  # a mean over the orders left would weigh them apart from the rest: refused, never read as a finding
+        raise ValueError(f"run(s) {', '.join(unread)} have no accuracy for an order of the class")
     for run_id, found in rows.groupby("run_id").link_order:
         missing = sorted(set(orders) - set(found))
         if missing:
@@ -65,6 +68,7 @@ def contrast(per_run: Any, factor: str, high: str, low: str, level: float) -> di
 def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
+    from headway.files import atomic
     from headway.studies.retrieval.rules import RetrievalRules
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -75,8 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--low", required=True, help="the factor's value it is compared with")
     parser.add_argument("--level", type=float, default=RetrievalRules().solved_accuracy,
                         help="class accuracy at which a run answers the class (default: the solved line)")
-    parser.add_argument("--out", default=OUTPUT, help=f"file written in the folder (default {OUTPUT})")
+    parser.add_argument("--out", default=OUTPUT, help=f"name of the file written in the folder (default {OUTPUT})")
     args = parser.parse_args(argv)
+    if Path(args.out).name != args.out or args.out in ("", ".", ".."):
+        parser.error(f"--out {args.out!r} is not a file name; it names the file written inside the folder")
     table_path = args.folder / "order_table.csv"
     if not table_path.is_file():
         parser.error(f"{table_path} does not exist (a retrieval study folder analysed at version 7 or later has it)")
@@ -84,10 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         per_run = class_accuracy(pd.read_csv(table_path, dtype={"link_order": str}), orders, args.factor)
         test = contrast(per_run, args.factor, args.high, args.low, args.level)
-    except ValueError as error:
+        result = {**test, "orders": orders, "runs": per_run.to_dict("records")}
+        with atomic(args.folder / args.out) as written:  # a device or FIFO there is refused, never written over
+            written.write_text(json.dumps(result, indent=1) + "\n")
+    except ValueError as error:  # headway's ConfigError (a refused path) among them
         parser.error(str(error))
-    result = {**test, "orders": orders, "runs": per_run.to_dict("records")}
-    (args.folder / args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"{args.factor} = {args.high}: {test['high']['answer']} of {test['high']['runs']} answer the class; "
           f"{args.factor} = {args.low}: {test['low']['answer']} of {test['low']['runs']}; "
           f"one-sided Fisher p = {test['p_one_sided']}")

@@ -4,6 +4,7 @@ of a factor, on constructed order tables."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,3 +63,23 @@ def test_a_run_without_an_order_of_the_class_or_an_unknown_factor_is_refused_by_
                                    "--low", "3"])
     assert "order_table.csv does not exist" in capsys.readouterr().err
     assert not (folder / "class_contrast.json").exists()
+
+
+def test_a_missing_accuracy_or_an_output_outside_the_folder_or_on_a_device_is_refused(tmp_path, capsys):
+    runs = {(4, 0): {"3214": 1.0, "4321": float("nan")}, (3, 0): {"3214": 0.0, "4321": 0.0}}
+    folder = write(tmp_path / "study", table(runs))
+    args = [str(folder), "--orders", ",".join(CLASS), "--factor", "layers", "--high", "4", "--low", "3"]
+    with pytest.raises(SystemExit):  # a mean over 3214 alone would say the run answers the class
+        order_class_contrast.main(args)
+    assert "run(s) r40 have no accuracy for an order of the class" in capsys.readouterr().err
+    write(folder, table({(4, 0): {"3214": 1.0, "4321": 1.0}, (3, 0): {"3214": 0.0, "4321": 0.0}}))
+    for out in ("../other/class_contrast.json", ".."):
+        with pytest.raises(SystemExit):
+            order_class_contrast.main([*args, "--out", out])
+        assert "is not a file name" in capsys.readouterr().err
+    os.mkfifo(folder / "pipe")
+    with pytest.raises(SystemExit):
+        order_class_contrast.main([*args, "--out", "pipe"])
+    assert "is a FIFO" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists() and not (folder / "class_contrast.json").exists()
+
