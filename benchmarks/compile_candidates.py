@@ -8,6 +8,8 @@ Variants (E = 8, fp32, one benchmark shape of common.SHAPES, the batches of one 
   headway-plain-split  compiled, the custom autograd function `SplitHeads` replaced by its forward's own
                        permute, unbind and reshape ops (autograd derives their backward);
   headway-eager-adam   the loss compiled, the Adam update eager;
+  headway-baddbmm      compiled, every bias added by `baddbmm` as eager passes do (a library call that copies
+                       the broadcast bias into its output) rather than a `bmm` and an add Inductor fuses;
   headway-fb           compiled, zero_grad, loss and backward only (no optimiser, no divergence checks);
   headway-fb-leaves    the same with every parameter its own leaf tensor rather than a view of
                        `FlatParameters`, its gradient allocated by torch;
@@ -52,25 +54,33 @@ class PlainSplit:
         return SPLIT_FORWARD(qkv, last_query_only)
 
 
+def library_affine(bias: Tensor, x: Tensor, weight: Tensor, alpha: float = 1.0) -> Tensor:
+    """Stands in for `transformer.batched_affine`: `baddbmm` whether compiled or not."""
+    return torch.baddbmm(bias, x, weight, alpha=alpha)
+
+
 @contextlib.contextmanager
-def plain_split() -> Iterator[None]:
-    """Attention splits q, k, v with `PlainSplit` inside the block (torch.compile guards on the global,
-    so the variant keeps a compiled graph of its own)."""
-    custom = transformer.SplitHeads
-    transformer.SplitHeads = PlainSplit
+def swapped(name: str, replacement: object) -> Iterator[None]:
+    """`transformer.<name>` replaced inside the block (torch.compile guards on module globals, so the variant
+    keeps a compiled graph of its own)."""
+    original = getattr(transformer, name)
+    setattr(transformer, name, replacement)
     try:
         yield
     finally:
-        transformer.SplitHeads = custom
+        setattr(transformer, name, original)
 
 
 class HeadwayVariant(HeadwayWay):
     """headway's step with one candidate changed."""
 
     def __init__(self, shape: str, compile_mode: str, attention: str = "auto", split: bool = True,
-                 eager_adam: bool = False, forward_backward: bool = False, leaves: bool = False) -> None:
+                 eager_adam: bool = False, forward_backward: bool = False, leaves: bool = False,
+                 library_bias: bool = False) -> None:
         super().__init__(make_trainer(runs_for(SHAPES[shape], 8), DEVICE, "fp32", compile_mode, attention))
-        self.split, self.forward_backward, self.leaves = split, forward_backward, leaves
+        self.forward_backward, self.leaves = forward_backward, leaves
+        self.swaps = ([] if split else [("SplitHeads", PlainSplit)]) + (
+            [("batched_affine", library_affine)] if library_bias else [])
         if eager_adam:
             self.optim._update = adam_update
         if leaves:
@@ -81,7 +91,9 @@ class HeadwayVariant(HeadwayWay):
 
     def step(self, step: int) -> None:
         """The real step, or zero_grad, loss and backward alone."""
-        with contextlib.nullcontext() if self.split else plain_split():
+        with contextlib.ExitStack() as stack:
+            for name, replacement in self.swaps:
+                stack.enter_context(swapped(name, replacement))
             if not self.forward_backward:
                 super().step(step)
                 return
@@ -120,6 +132,7 @@ VARIANTS: dict[str, Callable[[str], Way]] = {
     "headway-matmul": lambda shape: HeadwayVariant(shape, "on", "matmul"),
     "headway-plain-split": lambda shape: HeadwayVariant(shape, "on", split=False),
     "headway-eager-adam": lambda shape: HeadwayVariant(shape, "on", eager_adam=True),
+    "headway-baddbmm": lambda shape: HeadwayVariant(shape, "on", library_bias=True),
     "headway-fb": lambda shape: HeadwayVariant(shape, "on", forward_backward=True),
     "headway-fb-leaves": lambda shape: HeadwayVariant(shape, "on", forward_backward=True, leaves=True),
     "func-explicit-eager": lambda shape: RecipeVariant(shape, False),

@@ -13,9 +13,11 @@ import torch
 from conftest import tiny_run
 
 from headway.analysis.llc import SGLDSettings, estimate_llc
-from headway.compute import Compiled, ComputeSettings, at_precision, precision_context
+from headway.compute import (CPU_COMPILE_MIN_STEP_FLOPS, CPU_COMPILE_MIN_STEPS, Compiled, ComputeSettings, TrainingWork,
+                              at_precision, precision_context)
 from headway.errors import ConfigError, TimeLimitReached
 from headway.runs import layout
+from headway.runs.cost import training_flops
 from headway.runs.store import load_weights
 from headway.train.data import EnsembleData
 from headway.tasks.objective import run_loss
@@ -53,6 +55,32 @@ def test_auto_resolves_per_device_and_tf32_needs_cuda():
         ComputeSettings(precision="tf32").resolved_precision(CPU)
     with pytest.raises(ConfigError, match="compile = 'graphs' .* needs a CUDA device"):
         ComputeSettings(compile="graphs").compile_mode(CPU)
+
+
+@pytest.mark.parametrize("steps, step_flops, compiled", [
+    (CPU_COMPILE_MIN_STEPS, CPU_COMPILE_MIN_STEP_FLOPS, True),  # the smallest measured shape, long enough to repay
+    (20_000, 1.7e11, True),  # the paper shape
+    (CPU_COMPILE_MIN_STEPS - 1, 1.7e11, False),  # too short to repay a compilation
+    (100_000, CPU_COMPILE_MIN_STEP_FLOPS / 2, False),  # smaller than anything measured
+])
+def test_auto_compiles_a_cpu_training_only_where_compilation_repays_itself(steps, step_flops, compiled):
+    work = TrainingWork(steps, step_flops)
+    auto, cpu_mode = ComputeSettings(), ("default" if compiled else None)
+    assert auto.compile_mode(CPU, work) == cpu_mode
+    assert auto.describe(CPU, work)["compiled"] == (cpu_mode or "no")
+    # the attention kernel follows: a compiled CPU pass takes the matmul kernel even at 9 positions
+    assert auto.resolved_attention_kernel(CPU, 9, work) == ("matmul" if compiled else "sdpa")
+    assert auto.compile_mode(torch.device("cuda"), work) == "default"  # CUDA compiles whatever the work
+    assert ComputeSettings(compile="off").compile_mode(CPU, work) is None
+    assert ComputeSettings(compile="on").compile_mode(CPU, TrainingWork(1, 1.0)) == "default"
+
+
+def test_the_trainer_sizes_its_work_from_its_ensemble(tmp_path):
+    """Two runs of the tiny shape for 60 steps: far below what repays a CPU compilation, so `auto` trains eagerly."""
+    runs = [tiny_run(seed=s, steps=60) for s in (0, 1)]
+    trainer = EnsembleTrainer(runs, tmp_path, progress=False)
+    assert trainer.work.steps == 60 and trainer.work.step_flops == pytest.approx(2 * training_flops(runs[0]) / 60)
+    assert not trainer.work.repays_cpu_compilation() and not isinstance(trainer.loss, Compiled)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -296,6 +324,8 @@ def test_a_compiled_cpu_training_pass_takes_the_matmul_kernel_at_short_sequences
     explained = torch._dynamo.explain(model)(tokens)
     code = "".join(graph.code for graph in explained.graphs)
     assert explained.graph_break_count == 0 and "scaled_dot_product_attention" not in code and "softmax" in code
+    # biases are added after a bmm, which Inductor fuses, not by baddbmm, a library call that copies the bias first
+    assert "baddbmm" not in code and "bmm" in code
     with torch.no_grad():  # without gradients the fused kernel stays, compiled or not
         code = "".join(graph.code for graph in torch._dynamo.explain(model)(tokens).graphs)
     assert "scaled_dot_product_attention" in code

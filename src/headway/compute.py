@@ -8,8 +8,9 @@ where bf16 autocast measured 2× slower with bf16 matrix units and 7–10× with
 Compilation (`--compile`): `on` wraps the loss in `torch.compile` (AOTAutograd compiles its
 backward too) and the optimiser update likewise; `graphs` (CUDA only) also replays the compiled loss
 as CUDA graphs (`mode="reduce-overhead"`), removing the launch cost of its many small kernels. If
-compiling fails the step runs eagerly, with a warning. `auto` is `on` on CUDA and `off` on the CPU,
-where it cost 20–30 s and bought ≤ 6% (docs/performance.md).
+compiling fails the step runs eagerly, with a warning. `auto` is `on` on CUDA; on the CPU it compiles the
+training of an ensemble large and long enough for compilation to repay itself (`TrainingWork`,
+docs/performance.md), and leaves LLC sampling eager.
 
 Attention kernel (`--attention-kernel`): `sdpa` computes unhooked attention with torch's fused
 `scaled_dot_product_attention`, `matmul` as two batched matrix products and a softmax; both give the
@@ -37,7 +38,28 @@ if TYPE_CHECKING:  # torch loads with the first step, not when the CLI parses --
     import torch
 
 MATMUL_ATTENTION_CTX = (16, 40)  # sequence lengths at which the matmul kernel trained no slower on the CPU
+# `auto` on the CPU compiles an ensemble's training when compilation repays itself. Measured on 2 cores (torch
+# 2.13, benchmarks/RESULTS.md): a cold compilation of the step took 44 s and saved 22 ms a step at the cpu
+# benchmark shape (8 runs, 5.6e9 FLOP a step by headway.runs.cost.training_flops) and 118 ms at the paper shape
+# (1.7e11 FLOP): repaid after about 2000 steps at the smaller and 370 at the larger. Smaller steps were not
+# measured and stay eager.
+CPU_COMPILE_MIN_STEPS = 2000
+CPU_COMPILE_MIN_STEP_FLOPS = 5.5e9
 RECOMPILE_LIMIT = 64  # compiled graphs kept per function: one per ensemble shape of a study (torch's default: 8)
+
+
+@dataclass(frozen=True)
+class TrainingWork:
+    """What one ensemble's training asks of the device: its steps and the FLOPs of one step of all its runs
+    (`headway.runs.cost.training_flops`), from which `auto` decides whether compiling the CPU step repays itself."""
+
+    steps: int
+    step_flops: float
+
+    def repays_cpu_compilation(self) -> bool:
+        """Whether compiling this training on the CPU saves more time than it costs, as measured
+        (CPU_COMPILE_MIN_STEPS, CPU_COMPILE_MIN_STEP_FLOPS)."""
+        return self.steps >= CPU_COMPILE_MIN_STEPS and self.step_flops >= CPU_COMPILE_MIN_STEP_FLOPS
 
 
 @dataclass(frozen=True)
@@ -53,13 +75,14 @@ class ComputeSettings:
         check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("attention_kernel", self.attention_kernel, ATTENTION_CHOICES)
 
-    def resolved_attention_kernel(self, device: torch.device, n_ctx: int) -> str:
+    def resolved_attention_kernel(self, device: torch.device, n_ctx: int, work: TrainingWork | None = None) -> str:
         """The kernel of the training steps of a model with `n_ctx` positions on `device`: the one asked
         for, or for `auto` the one measured faster there with gradients, compiled as these settings compile
-        (`auto_attention_kernel`)."""
+        `work` (`auto_attention_kernel`)."""
         if self.attention_kernel != "auto":
             return self.attention_kernel
-        return auto_attention_kernel(device, n_ctx, with_grad=True, compiled=self.compile_mode(device) is not None)
+        compiled = self.compile_mode(device, work) is not None
+        return auto_attention_kernel(device, n_ctx, with_grad=True, compiled=compiled)
 
     def resolved_precision(self, device: torch.device) -> str:
         """fp32, tf32 or bf16 on `device`; tf32 is refused off CUDA, and bf16 on a CPU that only
@@ -74,14 +97,18 @@ class ComputeSettings:
                           "(docs/performance.md)", RuntimeWarning, stacklevel=2)
         return self.precision
 
-    def compile_mode(self, device: torch.device) -> str | None:
+    def compile_mode(self, device: torch.device, work: TrainingWork | None = None) -> str | None:
         """The `torch.compile` mode of steps on `device` ('default' or 'reduce-overhead'), None when
-        not compiled; `graphs` is refused off CUDA."""
+        not compiled; `graphs` is refused off CUDA. `auto` compiles on CUDA, and on the CPU a training whose
+        `work` repays the compilation (without `work`, e.g. LLC sampling, it stays eager there)."""
         if self.compile == "graphs":
             if device.type != "cuda":
                 raise ConfigError(f"compile = 'graphs' (CUDA graphs) needs a CUDA device, not {device}; choose on or off")
             return "reduce-overhead"
-        compiled = self.compile == "on" or (self.compile == "auto" and device.type == "cuda")
+        if self.compile == "auto":
+            compiled = device.type == "cuda" or (work is not None and work.repays_cpu_compilation())
+        else:
+            compiled = self.compile == "on"
         return "default" if compiled else None
 
     def sampler_compile_mode(self, device: torch.device) -> str | None:
@@ -90,9 +117,9 @@ class ComputeSettings:
         from copies; not measured on a GPU), None when not compiled."""
         return "default" if self.compile_mode(device) else None
 
-    def describe(self, device: torch.device) -> dict[str, str]:
-        """The settings as they apply on `device`, for a run's summary."""
-        return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device) or "no"}
+    def describe(self, device: torch.device, work: TrainingWork | None = None) -> dict[str, str]:
+        """The settings as they apply on `device` (to a training of `work`), for a run's summary."""
+        return {"precision": self.resolved_precision(device), "compiled": self.compile_mode(device, work) or "no"}
 
 
 def auto_attention_kernel(device: torch.device, n_ctx: int, with_grad: bool, compiled: bool = False) -> str:

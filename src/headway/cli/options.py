@@ -238,8 +238,8 @@ def compute_params() -> list[click.Option]:
                           "(bf16 on CUDA, fp32 on the CPU); weights and optimiser state stay fp32."),
         click.Option(["--compile"], type=click.Choice(COMPILE_MODES), default="auto", show_default=True,
                      help="torch.compile the training step (and a study's LLC sampling): on, off, graphs (also CUDA "
-                          "graphs; CUDA only) or auto (on for CUDA only); falls back to eager with a warning if "
-                          "compiling fails."),
+                          "graphs; CUDA only) or auto (on for CUDA; on the CPU for training large and long enough to repay "
+                          "compiling, docs/performance.md); falls back to eager with a warning if compiling fails."),
         click.Option(["--attention-kernel"], type=click.Choice(ATTENTION_CHOICES), default="auto", show_default=True,
                      help="Attention kernel: sdpa (torch's fused kernel), matmul (two batched matrix products and "
                           "a softmax; the same numbers to float rounding) or auto (per pass, the faster one measured "

@@ -35,6 +35,17 @@ def _param(n: int, *shape: int) -> nn.Parameter:
     return nn.Parameter(torch.zeros(n, *shape))
 
 
+def batched_affine(bias: Tensor, x: Tensor, weight: Tensor, alpha: float = 1.0) -> Tensor:
+    """bias + alpha · (x @ weight) over a leading batch axis. Eager, one `baddbmm` (the product accumulates onto
+    the bias, no separate pass); compiled, a `bmm` and an add, which Inductor fuses into the next elementwise
+    kernel, where `baddbmm` stays a library call that first copies the broadcast bias into its whole output
+    (docs/performance.md, "Why compilation helps torch.func's recipe more than headway")."""
+    if torch.compiler.is_compiling():
+        product = torch.bmm(x, weight)
+        return (product * alpha if alpha != 1.0 else product) + bias
+    return torch.baddbmm(bias, x, weight, alpha=alpha)
+
+
 class LayerNorm(HookedModule):
     """Per-instance LayerNorm (`w`, `b` of shape [E, d_model]); identity when disabled."""
 
@@ -124,7 +135,7 @@ class Attention(HookedModule):
         h, dh = self.W_Q.shape[1], self.W_Q.shape[3]
         w_qkv = torch.cat([self.W_Q, self.W_K, self.W_V], dim=1).transpose(1, 2).reshape(e, d, 3 * h * dh)
         b_qkv = torch.cat([self.b_Q, self.b_K, self.b_V], dim=1).reshape(e, 1, 3 * h * dh)
-        qkv = torch.baddbmm(b_qkv, x.reshape(e, b * s, d), w_qkv).view(e, b, s, 3, h, dh)
+        qkv = batched_affine(b_qkv, x.reshape(e, b * s, d), w_qkv).view(e, b, s, 3, h, dh)
         if run.wants(self.hook[name] for name in self.INSIDE):
             z = self._explicit(qkv, run)
         else:
@@ -145,7 +156,7 @@ class Attention(HookedModule):
             result = run(self.hook["hook_result"], torch.einsum("ebshd,ehdm->ebshm", z, self.W_O))
             return result.sum(3) + self.b_O[:, None, None]
         positions = z.shape[2]
-        out = torch.baddbmm(
+        out = batched_affine(
             self.b_O.unsqueeze(1), z.reshape(e, b * positions, h * dh), self.W_O.reshape(e, h * dh, d)
         )
         return out.view(e, b, positions, d)
@@ -158,7 +169,7 @@ class Attention(HookedModule):
         q, k, v = q.reshape(n * h, sq, dh), k.reshape(n * h, s, dh), v.reshape(n * h, s, dh)
         scale = 1.0 / math.sqrt(dh)
         if causal:
-            scores = torch.baddbmm(self.mask_bias[:s, :s], q, k.transpose(1, 2), alpha=scale)
+            scores = batched_affine(self.mask_bias[:s, :s], q, k.transpose(1, 2), alpha=scale)
         else:
             scores = torch.bmm(q * scale, k.transpose(1, 2))
         return torch.bmm(torch.softmax(scores, dim=-1), v).view(n, h, sq, dh)
@@ -190,10 +201,10 @@ class MLP(HookedModule):
 
     def forward(self, x: Tensor, run: HookDispatch) -> Tensor:
         e, b, s, d = x.shape
-        pre = torch.baddbmm(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
+        pre = batched_affine(self.b_in.unsqueeze(1), x.reshape(e, b * s, d), self.W_in)
         width = self.W_in.shape[-1]  # named, not -1: an empty batch has no size to infer
         post = run(self.hook["hook_post"], F.gelu(pre).view(e, b, s, width))
-        out = torch.baddbmm(self.b_out.unsqueeze(1), post.reshape(e, b * s, width), self.W_out)
+        out = batched_affine(self.b_out.unsqueeze(1), post.reshape(e, b * s, width), self.W_out)
         return out.view(e, b, s, d)
 
 
@@ -316,7 +327,7 @@ class EnsembleTransformer(HookedModule):
             x = x[:, :, -(1 if readout == "last" else readout):, :]
         x = self.ln_final(x, run)
         rows = x.reshape(e, x.shape[1] * x.shape[2], x.shape[-1])  # sizes named: an empty batch has none to infer
-        out = torch.baddbmm(self.unembed.b_U.unsqueeze(1), rows, self.unembed.W_U)
+        out = batched_affine(self.unembed.b_U.unsqueeze(1), rows, self.unembed.W_U)
         return out.view(e, b, self.d_out) if readout == "last" else out.view(e, b, x.shape[2], self.d_out)
 
     def _name_hooks(self) -> None:

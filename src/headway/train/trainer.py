@@ -20,9 +20,10 @@ from headway.progress import progress
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors, tensor_spec
 from headway.runs.config import RunConfig
+from headway.runs.cost import training_flops
 from headway.runs.metrics import is_logged, metrics_schema
 from headway.runs.store import finished_metrics, plain_value
-from headway.compute import ComputeSettings, maybe_compiled, precision_context
+from headway.compute import ComputeSettings, TrainingWork, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.execution.allocator import keep_freed_memory
 from headway.execution.devices import device_name
@@ -98,8 +99,9 @@ class EnsembleTrainer:
         self.vocab = self.task.vocab
         self.compute = compute or ComputeSettings()
         self.precision = self.compute.resolved_precision(self.device)
-        mode = self.compute.compile_mode(self.device)
-        self.attention_kernel = self.compute.resolved_attention_kernel(self.device, self.task.n_ctx)  # of the steps
+        self.work = TrainingWork(self.cfg.steps, len(runs) * training_flops(runs[0]) / max(self.cfg.steps, 1))
+        mode = self.compute.compile_mode(self.device, self.work)
+        self.attention_kernel = self.compute.resolved_attention_kernel(self.device, self.task.n_ctx, self.work)
         self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), mode, "training loss")
         self.update_mode = None if mode is None else "default"  # in-place updates gain nothing from CUDA graphs
         self.deadline = deadline
@@ -272,6 +274,6 @@ class EnsembleTrainer:
         layout.write_json(self.run_dir / layout.SUMMARY, {
             "complete": True, "steps": self.cfg.steps, "instances": len(self.runs),
             "device": str(self.device), "device_name": device_name(self.device), "torch": torch.__version__,
-            **self.compute.describe(self.device),
+            **self.compute.describe(self.device, self.work),
             "attention_kernel": self.attention_kernel, "seconds_this_session": round(seconds, 2), "resumed_from_step": start,
             "runs": runs})
