@@ -32,11 +32,26 @@ def test_lines_come_at_intervals_with_time_left(monkeypatch, capsys):
     clock.now += 10
     bar.set_postfix(loss="0.123")
     bar.update(15)
-    assert capsys.readouterr().err == "L2-S9-abc: 25/100 steps (25%), 30 s elapsed, about 1 min 30 s left; loss 0.123\n"
+    # the rate is measured from the end of the first step on: 24 steps in 28 s, so 75 steps take 87.5 s more
+    assert capsys.readouterr().err == "L2-S9-abc: 25/100 steps (25%), 30 s elapsed, about 1 min 28 s left; loss 0.123\n"
     clock.now += 5
     bar.update(75)
     bar.close()  # lines were printed, so the last one says it is done
     assert capsys.readouterr().err.startswith("L2-S9-abc: 100/100 steps (100%), 35 s elapsed;")
+
+
+def test_a_slow_first_step_does_not_inflate_the_time_left(monkeypatch, capsys):
+    """A compiled step's first call carries the compilation (44 s on the CPU); the time left is projected from the
+    steps after it, not from an average that includes it."""
+    clock = Clock()
+    monkeypatch.setattr(progress_module.time, "monotonic", clock)
+    bar = Lines(3000, "L3-S37-abc", "step", interval=30)
+    clock.now += 43  # the first step, compiling
+    bar.update(1)
+    assert "left" not in capsys.readouterr().err  # one step says nothing of the rate
+    clock.now += 30
+    bar.update(150)  # then 5 steps a second
+    assert capsys.readouterr().err == "L3-S37-abc: 151/3000 steps (5%), 1 min 13 s elapsed, about 9 min 30 s left\n"
 
 
 def test_a_short_job_prints_nothing_and_a_terminal_gets_tqdm(capsys):

@@ -30,10 +30,15 @@ class Lines:
         self.postfix = ""
         self.started = self.last = time.monotonic()
         self.printed = False
+        # the rate that projects the time left is measured from the end of the first unit on: the first one may
+        # carry a one-off cost (compiling the step took 44 s on the CPU) the others do not
+        self.rate_from: tuple[float, int] | None = None
 
     def update(self, n: int = 1) -> None:
         """Count `n` more done; print a line when the interval has passed since the last."""
         self.n += n
+        if self.rate_from is None:
+            self.rate_from = (time.monotonic(), self.n)
         if time.monotonic() - self.last >= self.interval:
             self._line()
 
@@ -51,10 +56,12 @@ class Lines:
             self._line()
 
     def _line(self) -> None:
-        elapsed = time.monotonic() - self.started
+        now = time.monotonic()
+        elapsed = now - self.started
         done = f"{self.n}/{self.total} {self.unit}s" if self.total else f"{self.n} {self.unit}s"
         share = f" ({self.n / self.total:.0%})" if self.total else ""
-        rate = (self.n - self.start_n) / elapsed if elapsed > 0 else 0.0
+        since, counted = self.rate_from if self.rate_from else (now, self.n)
+        rate = (self.n - counted) / (now - since) if now > since else 0.0
         left = (f", about {_duration((self.total - self.n) / rate)} left"
                 if self.total and rate > 0 and self.n < self.total else "")
         extra = f"; {self.postfix}" if self.postfix else ""
