@@ -4,6 +4,7 @@ the trainer and `EnsembleData`)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -17,7 +18,8 @@ from headway.compute import (CPU_COMPILE_MIN_STEP_FLOPS, CPU_COMPILE_MIN_STEPS, 
                               at_precision, precision_context)
 from headway.errors import ConfigError, TimeLimitReached
 from headway.runs import layout
-from headway.runs.cost import training_flops
+from headway.runs.cost import training_flops, training_work
+from headway.runs.store import load_runs
 from headway.runs.store import load_weights
 from headway.train.data import EnsembleData
 from headway.tasks.objective import run_loss
@@ -81,6 +83,21 @@ def test_the_trainer_sizes_its_work_from_its_ensemble(tmp_path):
     trainer = EnsembleTrainer(runs, tmp_path, progress=False)
     assert trainer.work.steps == 60 and trainer.work.step_flops == pytest.approx(2 * training_flops(runs[0]) / 60)
     assert not trainer.work.repays_cpu_compilation() and not isinstance(trainer.loss, Compiled)
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+@pytest.mark.parametrize("folder, compiled", [
+    ("modular-cpu", True), ("fourth-layer-class-cpu", True), ("whole-chain-fresh-data-cpu", True),
+    ("bidirectional-d9-cpu", True), ("retrieval-cpu", False), ("depth-phase-cpu", False),
+    ("bidirectional-d4-cpu", False), ("masked-shuffled-cpu", False), ("sorting-cpu", False),
+])
+def test_auto_compiles_the_committed_cpu_folders_docs_performance_names(folder, compiled):
+    """docs/performance.md ("Compilation") lists which committed cpu-scale ensembles the rule compiles."""
+    ensembles = sorted((RESULTS / folder / "runs").glob("*/config.json"))
+    assert ensembles, folder
+    assert {training_work(load_runs(path.parent)).repays_cpu_compilation() for path in ensembles} == {compiled}
 
 
 @pytest.mark.parametrize("native", [True, False])

@@ -82,4 +82,3 @@ def test_a_missing_accuracy_or_an_output_outside_the_folder_or_on_a_device_is_re
         order_class_contrast.main([*args, "--out", "pipe"])
     assert "is a FIFO" in capsys.readouterr().err
     assert not (tmp_path / "other").exists() and not (folder / "class_contrast.json").exists()
-

@@ -25,7 +25,7 @@ class Lines:
                  stream: TextIO | None = None) -> None:
         self.total, self.desc, self.unit = total, desc, unit
         self.interval = INTERVAL_S if interval is None else interval
-        self.n, self.start_n = initial, initial
+        self.n = initial
         self.stream = stream
         self.postfix = ""
         self.started = self.last = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from headway.compute import TrainingWork
 from headway.recipe import EVAL_CHUNK
 from headway.runs.config import RunConfig
 
@@ -13,6 +14,13 @@ def training_flops(run: RunConfig) -> float:
     per_layer = 2 * tokens * (4 * d * run.model.heads * run.model.head_dim + 2 * d * run.model.mlp_dim) \
         + 4 * tokens * n_ctx * run.model.heads * run.model.head_dim
     return 3.0 * run.model.layers * per_layer * run.train.steps
+
+def training_work(runs: list[RunConfig]) -> TrainingWork:
+    """What training `runs` as one ensemble asks of the device: its steps and the FLOPs of one step of all of them,
+    from which `--compile auto` decides whether compiling the CPU step repays itself."""
+    steps = runs[0].train.steps
+    return TrainingWork(steps, len(runs) * training_flops(runs[0]) / max(steps, 1))
+
 
 PROCESS_BYTES = 512 * 2**20  # Python, torch and headway loaded, before any tensor
 MARGIN = 1.25  # measured peaks reached 1.09× the sum of the terms below (docs/cluster.md)

@@ -20,10 +20,10 @@ from headway.progress import progress
 from headway.runs import layout
 from headway.runs.checkpoints import load_resume_state, save_resume_state, save_tensors, tensor_spec
 from headway.runs.config import RunConfig
-from headway.runs.cost import training_flops
+from headway.runs.cost import training_work
 from headway.runs.metrics import is_logged, metrics_schema
 from headway.runs.store import finished_metrics, plain_value
-from headway.compute import ComputeSettings, TrainingWork, maybe_compiled, precision_context
+from headway.compute import ComputeSettings, maybe_compiled, precision_context
 from headway.train.data import EnsembleData
 from headway.execution.allocator import keep_freed_memory
 from headway.execution.devices import device_name
@@ -99,7 +99,7 @@ class EnsembleTrainer:
         self.vocab = self.task.vocab
         self.compute = compute or ComputeSettings()
         self.precision = self.compute.resolved_precision(self.device)
-        self.work = TrainingWork(self.cfg.steps, len(runs) * training_flops(runs[0]) / max(self.cfg.steps, 1))
+        self.work = training_work(runs)
         mode = self.compute.compile_mode(self.device, self.work)
         self.attention_kernel = self.compute.resolved_attention_kernel(self.device, self.task.n_ctx, self.work)
         self.loss = maybe_compiled(run_loss(self.task, self.cfg.loss), mode, "training loss")
