@@ -113,3 +113,20 @@ def test_the_ceiling_and_shortfall_are_the_callers_limits(tanh):
     strict = ValidityLimits(max_shortfall=0.99, ceiling=0.1)  # nothing limited; every positive λ̂ above 0.1·d/2
     row = estimate_llc(net, plain_gaussian_nll, x, y, DEFAULT, validity=strict, resolve=True).to_frame().iloc[0]
     assert row.limited == "" and "above d/2" in row.invalid
+
+
+def test_an_estimate_above_its_quadratic_prediction_is_not_vouched_for():
+    """λ̂ well above the Hessian's own prediction (cross-entropy near zero loss: the Hessian vanishes, the loss a short
+    way off does not) is labelled "not quadratic", never left as vouched for; within 15% and two standard errors, or
+    with no resolution measured, it is left alone, and a shortfall's label comes first."""
+    import pandas as pd
+
+    from headway.analysis.llc.validity import limited_reasons
+
+    rows = pd.DataFrame({"llc_mean": [125.0, 11.0, 14.0, 125.0], "llc_se": [2.6, 0.5, 1.5, 2.6],
+                         "quadratic_llc": [0.1, 10.0, 11.0, 0.1], "shortfall": [0.05, 0.05, 0.05, 0.9]})
+    why = limited_reasons(rows, ValidityLimits())
+    assert why[0].startswith("not quadratic: λ̂ is above the Hessian's quadratic prediction")
+    assert why[1] == "" and why[2] == ""  # 14 − 2·1.5 = 11 is not above 1.15 × 11
+    assert why[3].startswith("resolution-limited")
+    assert (limited_reasons(rows.drop(columns=["quadratic_llc", "shortfall"]), ValidityLimits()) == "").all()

@@ -113,7 +113,8 @@ def test_no_analysis_or_task_module_defines_a_rule():
 def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_analysis_stamp():
     """The estimator's `ValidityLimits` hold the one copy of each default; the LLC studies carry each limit as a
     rule with its reason — analysis-stage where the sampler's stored judgement depends on it, summary-stage for the
-    two judged on stored columns (ceiling, max_shortfall) — and the limits they hand on are their rules' values."""
+    two judged on stored columns (ceiling, max_shortfall) — and the limits they hand on are their rules' values;
+    besides the limits, one rule says which estimates the claims read."""
     assert all(isinstance(rules, LLCRules) for rules in (SortingRules(), ModularRules()))
     limits = [f.name for f in dataclasses.fields(validity.ValidityLimits)]
     stored = {"ceiling", "max_shortfall"}
@@ -129,4 +130,6 @@ def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_an
         assert changed.llc_validity() == validity.ValidityLimits(**doubled)
         assert changed.stamp("analysis") != stamp
     own = {f.name for f in dataclasses.fields(LLCRules)} - {f.name for f in dataclasses.fields(Rules)}
-    assert own == {f"llc_{name}" for name in limits}
+    # and which estimates the claims read, a summary rule (judged on the stored columns, no sampling again)
+    assert own == {f"llc_{name}" for name in limits} | {"llc_resolved_only"}
+    assert all("llc_resolved_only" not in rules.stamp("analysis") for rules in (SortingRules(), ModularRules()))

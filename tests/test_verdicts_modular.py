@@ -347,17 +347,37 @@ def test_the_llc_claim_states_the_bias_its_table_was_computed_with():
     assert biased.bias.iloc[0] == 0.1
 
 
-def test_a_resolution_limited_checkpoint_cannot_place_the_peak_or_carry_the_fall():
-    """A lower bound (more of the curved basin unseen than `llc_max_shortfall`) is no reading of where the LLC peaks:
-    the highest λ̂ here is limited, so the peak moves to the next, and the limited checkpoint after it blocks the fall."""
+def test_a_resolution_limited_checkpoint_places_the_peak_only_at_the_stated_scale():
+    """A lower bound (more of the curved basin unseen than `llc_max_shortfall`) is no reading of where the LLC itself
+    peaks: with `llc_resolved_only` the highest λ̂ here, limited, is left out, so the peak moves to the next, and the
+    limited checkpoint after it blocks the fall. By default it is λ̂ at the trace's stated nβ and γ and counts."""
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
-    trace = trace.assign(shortfall=[0.01, 0.01, 0.4, 0.01, 0.01], quadratic_llc=12.0, quadratic_limit=20.0,
+    trace = trace.assign(shortfall=[0.01, 0.01, 0.4, 0.01, 0.01], quadratic_llc=250.0, quadratic_limit=300.0,
                          unresolved_directions=9.0)
-    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
+    at_scale = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
+    assert at_scale.peak_step == 100 and at_scale.excluded == {}
+    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY, resolved_only=True)
     assert run.peak_step == 1000 and run.excluded[100].startswith("resolution-limited: more than 15% of the curved basin unseen")
     row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
     assert row.invalid == ""  # nothing limited after the peak
     trace["shortfall"] = [0.01, 0.01, 0.01, 0.01, 0.4]
-    assert development("g", metrics, trace, RULES.llc_fall, replace(VALIDITY, max_shortfall=0.5)).excluded == {}
-    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)], meta("g", weight_decays=(1.0,))).iloc[0]
+    assert development("g", metrics, trace, RULES.llc_fall, replace(VALIDITY, max_shortfall=0.5),
+                       resolved_only=True).excluded == {}
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY, resolved_only=True)],
+                    meta("g", weight_decays=(1.0,))).iloc[0]
     assert "steps 2000: resolution-limited" in row.invalid
+    assert llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)],
+                     meta("g", weight_decays=(1.0,))).iloc[0].invalid == ""
+
+
+def test_a_checkpoint_that_is_no_minimum_is_left_out_without_blocking_the_fall():
+    """Mid-spike (λ̂ ≤ 0: w* no local minimum) a checkpoint has no λ̂ but says nothing of the sampler: the fall is read
+    past it. Chains that had not settled there say the settings fail on the run, and block it."""
+    metrics, trace = traced("g", [10, 200, 150, -5, 100], [1, 2, 3, 3, 3])
+    run = development("g", metrics, trace, RULES.llc_fall, VALIDITY)
+    assert run.excluded == {1000: "λ̂ ≤ 0 or undefined: w* is not a local minimum"} and run.peak_step == 10
+    row = llc_table([run], meta("g", weight_decays=(1.0,))).iloc[0]
+    assert row.invalid == "" and row.final_step == 2000 and row.fall == pytest.approx(0.5)
+    metrics, trace = traced("g", [10, 200, 150, 120, 100], [1, 2, 3, 3, 3], warnings={1000: "draws still climbing"})
+    row = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY)], meta("g", weight_decays=(1.0,))).iloc[0]
+    assert row.invalid.startswith("1 checkpoint(s) after its peak at step 10 are invalid (steps 1000: draw losses")

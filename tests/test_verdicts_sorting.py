@@ -160,7 +160,7 @@ def test_one_copy_suppression_model_does_not_make_it_a_main_mode():
     assert alone(sorting.copy_suppression_found(runs(["splitting"] * 3), RULES)).status == "not testable"
 
 
-def test_the_simple_modes_are_simpler_only_on_valid_resolved_estimates_with_power():
+def test_the_simple_modes_are_simpler_only_on_valid_estimates_with_power():
     found = alone(sorting.simpler_modes_lower_llc(llc_runs(), RULES))
     # every overlapping run above every simple one: the exact p of 6 and 6 is 1/924, read off 9999 shuffles
     assert found.status == "reproduced" and 1e-4 <= found.p_value < 3 / 924 and found.power > 0.8
@@ -169,11 +169,16 @@ def test_the_simple_modes_are_simpler_only_on_valid_resolved_estimates_with_powe
     assert same.status == "not reproduced" and same.p_value > 0.4
     noisy = alone(sorting.simpler_modes_lower_llc(llc_runs(overlapping=(10, 90, 20, 80, 30, 70)), RULES))
     assert noisy.status == "not testable" and noisy.power < 0.8  # a null from a design that could not see it
-    # a lower bound cannot order two models: resolution-limited and invalid estimates are left out
+    # a lower bound cannot order two models by the LLC itself: with llc_resolved_only, resolution-limited and invalid
+    # estimates are left out; by default only invalid ones, the rest read at the stated scale
     bounded = llc_runs(limited={6: "resolution-limited: …", 7: "resolution-limited: …"}, invalid={0: "λ̂ ≤ 0"})
-    found = alone(sorting.simpler_modes_lower_llc(bounded, RULES))
+    found = alone(sorting.simpler_modes_lower_llc(bounded, replace(RULES, llc_resolved_only=True)))
     assert found.status == "not testable" and "fewer than 5 usable final λ̂ in a group" in found.evidence
-    assert "final λ̂ invalid: 1, resolution-limited: 2; usable: 5 in a simple mode, 4 overlapping" in found.evidence
+    assert ("final λ̂ invalid: 1, not vouched for by the resolution check: 2 (left out); usable: 5 in a simple mode, "
+            "4 overlapping") in found.evidence
+    at_scale = alone(sorting.simpler_modes_lower_llc(bounded, RULES))
+    assert ("final λ̂ invalid: 1, not vouched for by the resolution check: 2 (read at the stated scale); usable: 5 in "
+            "a simple mode, 6 overlapping") in at_scale.evidence
     with_nan = llc_runs().assign(llc=lambda f: f.llc.where(f.index != 0))  # an invalid run need not have a λ̂
     with_nan.loc[0, "llc_invalid"] = "every chain diverged"
     assert "missing input" not in alone(sorting.simpler_modes_lower_llc(with_nan, RULES)).evidence

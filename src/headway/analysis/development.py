@@ -69,20 +69,22 @@ def applied_bias(bias: float) -> float:
     return 0.0 if math.isnan(bias) else bias
 
 
-def valid_llc(whole: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
+def valid_llc(whole: pd.DataFrame, limits: ValidityLimits, resolved_only: bool = False) -> pd.Series:
     """Per whole-model trace row, why its λ̂ cannot place a turning point ("" when it can): the sampler checks
     of `headway.analysis.llc.validity.invalid_reasons` at `limits` (λ̂ ≤ 0 or undefined, no standard error
     recorded, a chain non-finite or diverged, draw losses still climbing, λ̂ above d/2, chains out of the basin of
-    w*, MALA acceptance below its floor), each named in the reason, then resolution (`limited_reasons`): a lower
-    bound cannot say where the LLC peaks."""
+    w*, MALA acceptance below its floor), each named in the reason, then, with `resolved_only`, resolution
+    (`limited_reasons`: a lower bound of the LLC cannot say where the LLC itself peaks). Without it a turning point
+    is one of λ̂ at the trace's stated nβ and γ, every checkpoint estimated at the same settings."""
     invalid = invalid_reasons(whole, limits)
-    return invalid.where(invalid != "", limited_reasons(whole, limits))
+    return invalid.where(invalid != "", limited_reasons(whole, limits)) if resolved_only else invalid
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, validity: ValidityLimits,
-                significant: float = 2.0, bias: float = math.nan) -> Development:
+                significant: float = 2.0, bias: float = math.nan, resolved_only: bool = False) -> Development:
     """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
-    are read from the checkpoints valid by the `validity` limits only (`valid_llc`): the peak must be above the
+    are read from the checkpoints valid by the `validity` limits only (`valid_llc`, resolved ones only with
+    `resolved_only`): the peak must be above the
     first valid checkpoint and the last valid one below it, each by `fall` of the peak and by `significant` times the
     uncertainty of the difference, which adds to the two standard errors (`llc_se`, sampling noise) the
     estimator's relative `bias` (measured on models of known LLC; NaN: not measured, weighed as 0, and
@@ -92,7 +94,7 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == "all"].sort_values("step")
-    why = valid_llc(whole, validity)
+    why = valid_llc(whole, validity, resolved_only)
     valid = (why == "").to_numpy()
     values = np.where(valid, whole.llc_mean.to_numpy(dtype=float), np.nan)
     steps = whole.step.to_numpy()

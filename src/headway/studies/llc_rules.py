@@ -54,9 +54,15 @@ class LLCRules(Rules):
                               "estimates stored before it existed are not", low=1.0)
     llc_max_shortfall: float = rule(_ESTIMATOR.max_shortfall, "share of the curved basin (the Hessian's quadratic "
                                     "prediction at the estimate's nβ and γ against its γ → 0 limit) the settings may "
-                                    "leave unseen before λ̂ is only a lower bound (resolution-limited), which cannot "
-                                    "place a turning point or rank models; judged on the stored shortfall, so "
-                                    "estimates stored before the check existed are not", low=0.0, high=1.0)
+                                    "leave unseen before λ̂ is only a lower bound of the LLC (resolution-limited), and "
+                                    "by which it may exceed the Hessian's quadratic prediction before the basin is not "
+                                    "quadratic; judged on the stored shortfall, so estimates stored before the check "
+                                    "existed are not", low=0.0, high=1.0)
+    llc_resolved_only: bool = rule(False, "whether the LLC claims read only estimates the resolution check vouches "
+                                   "for (the LLC itself, which no finite nβ resolves on a network whose Hessian has a "
+                                   "bulk near zero) rather than every valid estimate, read as λ̂ at the plan's stated "
+                                   "nβ and γ (the LLC at that scale, as devinterp's and the papers' estimates are); "
+                                   "the check's label stays on every estimate either way (docs/decisions.md)")
 
     def llc_validity(self) -> ValidityLimits:
         """The LLC validity rules as the estimator and `invalid_reasons` take them."""
@@ -64,3 +70,10 @@ class LLCRules(Rules):
                               diverge_factor=self.llc_diverge_factor, trend_fraction=self.llc_trend_fraction,
                               trend_sigmas=self.llc_trend_sigmas, ceiling=self.llc_ceiling,
                               max_shortfall=self.llc_max_shortfall)
+
+    def llc_reading(self) -> str:
+        """Which estimates the LLC claims read, in words for a claim's test (`llc_resolved_only`)."""
+        if self.llc_resolved_only:
+            return "only estimates the resolution check vouches for (the LLC itself)"
+        return ("every valid estimate, read as λ̂ at the plan's stated nβ and γ, those the resolution check cannot "
+                "vouch for included")

@@ -74,9 +74,10 @@ class LLCResult:
         """One row per instance: instance, llc_mean, llc_std, llc_se, init_loss, init_loss_se, acceptance,
         draw_loss, chance_loss, basin_fraction, moving_weights, settings (the SGLD settings used, nβ resolved, as
         JSON), llc_chain{c}, n_warnings, warnings (that instance's diagnostics joined by "; ") and invalid (why λ̂
-        is no estimate, "" when valid: `validity.invalid_reasons` at the result's `validity` limits); with a `resolution`, its columns (quadratic_llc, quadratic_limit,
-        unresolved_directions, negative_directions, shortfall, spectrum) and limited (why λ̂ is only a lower bound,
-        "" when the settings resolve the basin: `validity.limited_reasons` at the limits' `max_shortfall`)."""
+        is no estimate, "" when valid: `validity.invalid_reasons` at the result's `validity` limits); with a
+        `resolution`, its columns (quadratic_llc, quadratic_limit, unresolved_directions, negative_directions,
+        shortfall, spectrum) and limited (why the resolution check cannot vouch for λ̂, a lower bound or a basin
+        that is not quadratic, "" when it can: `validity.limited_reasons` at the limits' `max_shortfall`)."""
         e, c = self.llc_per_chain.shape
         frame = pd.DataFrame({"instance": np.arange(e), "llc_mean": self.llc_mean, "llc_std": self.llc_std,
                               "llc_se": self.llc_se, "init_loss": self.init_loss, "init_loss_se": self.init_loss_se,
@@ -136,7 +137,7 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`). With
     `resolve`, the Hessian at w* says what these settings can resolve (`headway.analysis.llc.resolution`): the
     result's `resolution`, and its frame's `limited` where more than `validity.max_shortfall` of the curved basin
-    is unseen, the Hessian measured on `resolution_rows` pool rows (None: all of them). Without a chance loss,
+    is unseen or λ̂ is above the quadratic prediction by more than that share (`validity.limited_reasons`), the Hessian measured on `resolution_rows` pool rows (None: all of them). Without a chance loss,
     chains that left the basin still show when λ̂ exceeds d/2 of the moving weights (`validity.ceiling`).
     `settings="auto"` chooses them for this model (`auto.choose_settings` from the default settings; resolution
     included): the estimate at the settings chosen, or, refused, at the last tried

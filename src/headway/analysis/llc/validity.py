@@ -73,6 +73,10 @@ INVALID_WARNINGS = {"diverges": "a chain diverged", "non-finite": "a chain went 
                     "still climbing": "draw losses still climbing: the chains had not settled"}
 
 
+# Why λ̂ ≤ 0 (or undefined) is no estimate: a property of the checkpoint, not of the sampler.
+NOT_A_MINIMUM = "λ̂ ≤ 0 or undefined: w* is not a local minimum"
+
+
 # The limits every trace and estimate stamped before they became settings was judged by (they were fixed values of
 # the code): a stored LLC trace without them in its stamp is still valid while the limits hold these values.
 BEFORE_SETTINGS = {"basin_fraction": 0.5, "min_acceptance": 0.4, "diverge_factor": 3.0, "trend_fraction": 0.1,
@@ -99,9 +103,9 @@ def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
         text = row.warnings if isinstance(getattr(row, "warnings", None), str) else ""
         fired = next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
         if not np.isfinite(row.llc_mean):
-            return fired or "λ̂ ≤ 0 or undefined: w* is not a local minimum"  # every chain broke, or none ran
+            return fired or NOT_A_MINIMUM  # every chain broke, or none ran
         if row.llc_mean <= 0:
-            return "λ̂ ≤ 0 or undefined: w* is not a local minimum"
+            return NOT_A_MINIMUM
         se = getattr(row, "llc_se", np.nan)
         if not (isinstance(se, int | float) and np.isfinite(se)):
             return "no standard error recorded"
@@ -126,14 +130,27 @@ def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
 
 
 def limited_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
-    """Per row, why its λ̂ is only a lower bound ("" when it is not): a `shortfall` (the share of the curved basin
-    its settings leave unseen, `headway.analysis.llc.resolution`) beyond `limits.max_shortfall`. The reason names the
-    limit, not the row's numbers (they are its columns): a spectrum measured with another thread count differs in its
-    last digits, and the reasons a verdict quotes must not. Rows without a shortfall (no resolution measured, or
-    written before it existed) are not judged."""
+    """Per row, why the resolution check cannot vouch for its λ̂ ("" when it can): a `shortfall` (the share of the
+    curved basin its settings leave unseen, `headway.analysis.llc.resolution`) beyond `limits.max_shortfall` (λ̂ is
+    a lower bound), else λ̂ above the check's own quadratic prediction (`quadratic_llc`) by more than that share and
+    two standard errors (the loss within the chains' reach is not the quadratic of its Hessian at w*, as for
+    cross-entropy near zero loss, so the check predicts nothing about it). The reason names the limit, not the
+    row's numbers (they are its columns): a spectrum measured with another thread count differs in its last digits,
+    and the reasons a verdict quotes must not. Rows without a shortfall (no resolution measured, or written before
+    it existed) are not judged."""
     if "shortfall" not in rows.columns:
         return pd.Series("", index=rows.index, dtype=str)
     beyond = rows.shortfall.to_numpy(dtype=float) > limits.max_shortfall
-    reason = (f"resolution-limited: more than {limits.max_shortfall:.0%} of the curved basin unseen at these "
-              "settings (the Hessian's quadratic prediction against its γ → 0 limit); λ̂ is a lower bound")
-    return pd.Series(np.where(beyond, reason, ""), index=rows.index, dtype=str)
+    reason = np.where(beyond, f"resolution-limited: more than {limits.max_shortfall:.0%} of the curved basin unseen "
+                      "at these settings (the Hessian's quadratic prediction against its γ → 0 limit); λ̂ is a lower "
+                      "bound", "")
+    if "quadratic_llc" in rows.columns:
+        value, predicted = rows.llc_mean.to_numpy(dtype=float), rows.quadratic_llc.to_numpy(dtype=float)
+        se = rows.llc_se.to_numpy(dtype=float) if "llc_se" in rows.columns else np.zeros(len(rows))
+        with np.errstate(invalid="ignore"):
+            above = value - 2 * np.nan_to_num(se) > (1 + limits.max_shortfall) * predicted
+        reason = np.where((reason == "") & above, f"not quadratic: λ̂ is above the Hessian's quadratic prediction "
+                          f"at these settings by more than {limits.max_shortfall:.0%} and two standard errors (the "
+                          "loss within the chains' reach is not the quadratic of its Hessian at w*), so the "
+                          "resolution check cannot vouch for it", reason)
+    return pd.Series(reason, index=rows.index, dtype=str)

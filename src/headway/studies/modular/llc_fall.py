@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from headway.analysis.development import Development, applied_bias
+from headway.analysis.llc.validity import NOT_A_MINIMUM
 
 LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",
                "start", "peak_step", "peak", "final_step", "final", "rise", "rise_se", "fall", "fall_se",
@@ -16,12 +17,15 @@ LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "g
 
 
 def unreadable(traced: Development) -> str:
-    """Why `traced` cannot carry a fall ("" when it can): no valid checkpoint (with why each was left out), or an
-    invalid or resolution-limited one after the peak (the fall would be read past estimates that are no LLC, e.g.
-    chains that left the basin, or only a lower bound of it)."""
+    """Why `traced` cannot carry a fall ("" when it can): no valid checkpoint (with why each was left out), or one
+    after the peak left out for a reason that says the settings fail on this run (chains out of the basin, diverged,
+    still climbing, too coarse a step, or, where the study reads resolved estimates only, a lower bound): the fall
+    would be read past them. A checkpoint where w* is no local minimum (`NOT_A_MINIMUM`: training mid-spike, as
+    grokking runs at weight decay 1 are at times) has no λ̂ but says nothing of the sampler; it is left out of the
+    curve and does not block the fall."""
     if traced.peak_step < 0:
         return f"no valid checkpoint ({traced.exclusions()})"
-    after = sorted(step for step in traced.excluded if step > traced.peak_step)
+    after = sorted(step for step, why in traced.excluded.items() if step > traced.peak_step and why != NOT_A_MINIMUM)
     if not after:
         return ""
     reasons = sorted({traced.excluded[step] for step in after})

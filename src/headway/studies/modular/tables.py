@@ -54,7 +54,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
     traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
-                           llc_bias)
+                           llc_bias, rules.llc_resolved_only)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
                          development=traced, llc=llc_table(traced, runs),

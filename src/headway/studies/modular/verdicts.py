@@ -188,7 +188,7 @@ def _llc_test(rules: ModularRules) -> str:
             "share of the peak, further than its control's, the run of the same train fraction and seed without "
             "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
             "bias); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
-            f"extra fall of {rules.llc_fall:.0%} of the peak")
+            f"extra fall of {rules.llc_fall:.0%} of the peak; valid estimates: {rules.llc_reading()}")
 
 
 # The LLC table's columns the claim reads. A run whose estimates are invalid (`invalid`) has no rise or fall, and

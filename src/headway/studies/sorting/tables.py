@@ -52,7 +52,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
-                           llc_bias)
+                           llc_bias, rules.llc_resolved_only)
               for run_id in curve.run_id.unique()] if len(curve) else []
     rng = np.random.default_rng(GAP_SEED)
     test = gap_test(final, rules.learned, rules.gap_permutations, rng)

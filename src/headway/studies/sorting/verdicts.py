@@ -171,7 +171,7 @@ def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: C
 
 
 def _simpler_test(rules: SortingRules) -> str:
-    return ("among the learned runs whose final λ̂ is valid and resolved (not resolution-limited), a one-sided "
+    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), a one-sided "
             "permutation test that the mean λ̂ of the overlapping runs exceeds that of the simple modes (splitting and "
             f"copy-suppression), {rules.simpler_permutations} shuffles of the mode labels; each group needs ≥ "
             f"{rules.simpler_min_runs} runs. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
@@ -185,18 +185,22 @@ FINAL_LLC = reads("val_accuracy", "mode", "llc", "llc_invalid", "llc_limited")
 
 @checked_claim(SIMPLER_CLAIM, _simpler_test, final=FINAL_LLC)
 def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
-    """H0: the simple modes' mean final λ̂ is not below the overlapping runs'; invalid and resolution-limited
-    estimates are left out (a lower bound cannot order two models), and each group needs `simpler_min_runs`."""
+    """H0: the simple modes' mean final λ̂ is not below the overlapping runs'; invalid estimates are left out, and
+    with `rules.llc_resolved_only` those the resolution check cannot vouch for (a lower bound of the LLC cannot
+    order two models by it; without the rule the comparison is of λ̂ at the plan's stated nβ and γ); each group
+    needs `simpler_min_runs`."""
     learned = learned_runs(final, rules)
     if learned.empty:
         return claim.not_testable("no run learned", learned_text(final, rules.learned))
-    usable = learned[(learned.llc_invalid == "") & (learned.llc_limited == "")]
+    usable = learned[(learned.llc_invalid == "") & ((learned.llc_limited == "") | (not rules.llc_resolved_only))]
     simple = usable[usable["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
     overlapping = usable[usable["mode"] == "overlapping"].llc.to_numpy(dtype=float)
     for value in (*simple, *overlapping):
         present("a valid final λ̂", value)
     counted = (f"learned runs: {len(learned)}; final λ̂ invalid: {int((learned.llc_invalid != '').sum())}, "
-               f"resolution-limited: {int(((learned.llc_invalid == '') & (learned.llc_limited != '')).sum())}; "
+               f"not vouched for by the resolution check: "
+               f"{int(((learned.llc_invalid == '') & (learned.llc_limited != '')).sum())}"
+               f"{' (left out)' if rules.llc_resolved_only else ' (read at the stated scale)'}; "
                f"usable: {len(simple)} in a simple mode, {len(overlapping)} overlapping")
     if min(len(simple), len(overlapping)) < rules.simpler_min_runs:
         return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group", f"{counted}.")
@@ -272,7 +276,7 @@ def _llc_test(rules: SortingRules) -> str:
             f"{rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
             "the same rate. H0: no run's LLC rises and falls beyond noise and the estimator's bias (the study has no "
             f"control run). Stated effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by "
-            f"{rules.llc_fall:.0%} of its peak")
+            f"{rules.llc_fall:.0%} of its peak; valid checkpoints: {rules.llc_reading()}")
 
 
 # What the LLC claim reads of each traced run beyond its Development's numbers: its metrics' grid coordinates
