@@ -137,8 +137,9 @@ def estimate_llc(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Tenso
     estimator's own): a study passes its rules' (`headway.studies.llc_rules.LLCRules.llc_validity`). With
     `resolve`, the Hessian at w* says what these settings can resolve (`headway.analysis.llc.resolution`): the
     result's `resolution`, and its frame's `limited` where more than `validity.max_shortfall` of the curved basin
-    is unseen or λ̂ is above the quadratic prediction by more than that share (`validity.limited_reasons`), the Hessian measured on `resolution_rows` pool rows (None: all of them). Without a chance loss,
-    chains that left the basin still show when λ̂ exceeds d/2 of the moving weights (`validity.ceiling`).
+    is unseen or λ̂ is above the quadratic prediction by more than that share (`validity.limited_reasons`), the
+    Hessian measured on `resolution_rows` pool rows (None: all of them). Without a chance loss, chains that left
+    the basin still show when λ̂ exceeds d/2 of the moving weights (`validity.ceiling`).
     `settings="auto"` chooses them for this model (`auto.choose_settings` from the default settings; resolution
     included): the estimate at the settings chosen, or, refused, at the last tried
     with the reason as `invalid`. `settings.preconditioner = "diagonal"` measures the chains' fixed metric at w*
