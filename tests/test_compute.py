@@ -19,8 +19,7 @@ from headway.compute import (CPU_COMPILE_MIN_STEP_FLOPS, CPU_COMPILE_MIN_STEPS, 
 from headway.errors import ConfigError, TimeLimitReached
 from headway.runs import layout
 from headway.runs.cost import training_flops, training_work
-from headway.runs.store import load_runs
-from headway.runs.store import load_weights
+from headway.runs.store import load_runs, load_weights
 from headway.train.data import EnsembleData
 from headway.tasks.objective import run_loss
 from headway.train.trainer import EnsembleTrainer

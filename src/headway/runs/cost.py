@@ -15,6 +15,7 @@ def training_flops(run: RunConfig) -> float:
         + 4 * tokens * n_ctx * run.model.heads * run.model.head_dim
     return 3.0 * run.model.layers * per_layer * run.train.steps
 
+
 def training_work(runs: list[RunConfig]) -> TrainingWork:
     """What training `runs` as one ensemble asks of the device: its steps and the FLOPs of one step of all of them,
     from which `--compile auto` decides whether compiling the CPU step repays itself."""

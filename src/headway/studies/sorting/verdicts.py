@@ -192,7 +192,9 @@ def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: 
     learned = learned_runs(final, rules)
     if learned.empty:
         return claim.not_testable("no run learned", learned_text(final, rules.learned))
-    usable = learned[(learned.llc_invalid == "") & ((learned.llc_limited == "") | (not rules.llc_resolved_only))]
+    usable = learned[learned.llc_invalid == ""]
+    if rules.llc_resolved_only:
+        usable = usable[usable.llc_limited == ""]
     simple = usable[usable["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
     overlapping = usable[usable["mode"] == "overlapping"].llc.to_numpy(dtype=float)
     for value in (*simple, *overlapping):
