@@ -20,7 +20,7 @@ from headway.studies.copy_search.plan import SearchPlan
 from headway.studies.copy_search.report import rejudge
 from headway.studies.copy_search.rules import SearchRules
 from headway.studies.copy_search.study import CopySearchStudy, model_modes
-from headway.studies.copy_search.tables import fractions
+from headway.studies.copy_search.tables import fractions, screen_ranking
 from headway.studies.copy_search.verdicts import condition_tests
 from headway.tasks.sorting import SortingConfig
 
@@ -78,6 +78,11 @@ def test_a_hand_set_copy_suppression_model_is_classified_and_counted():
     assert (modes.copier.iloc[1], modes.suppressor.iloc[1]) == (0, 1)
     assert modes.cs_at_copy.isna().iloc[0] and modes.cs_at_copy.iloc[1] == 2.0  # CS at every copy threshold swept
     assert modes.min_diagonal_score.iloc[0] > -1.0 and modes.min_diagonal_score.iloc[1] < -3.5
+    # the suppressor is the copier with the sign flipped: it removes all of the copier's effect, at every gap
+    cs = modes.iloc[1]
+    assert (cs.suppression, cs.suppressed_share) == (pytest.approx(1.0), 1.0)
+    assert [cs.removed_all, cs.removed_near, cs.removed_far] == pytest.approx([1.0, 1.0, 1.0])
+    assert modes.removed_all.iloc[0] < 0  # a splitter's other head adds to the correct number, removes nothing
     table = pd.concat([_table([m], "hand") for m in modes["mode"]], ignore_index=True)
     shares = fractions(table, RULES).set_index("mode")
     assert shares.loc["copy_suppression", "count"] == 1 and shares.loc["copy_suppression", "n"] == 2
@@ -121,7 +126,7 @@ def test_a_tiny_search_trains_resumes_classifies_and_writes_its_tables(tmp_path)
     assert table.condition.tolist() == ["distinct"] * 2 + ["repeats+weight_decay=0"] * 2
     assert table.repeats.tolist() == [False, False, True, True] and table.weight_decay.tolist()[2:] == [0.0, 0.0]
     assert {"run_id", "seed", "val_accuracy", "learned", "mode", "cs_at_copy", "repeat_share",
-            "suppress_fraction_h1"} <= set(table.columns)
+            "suppress_fraction_h1", "suppression", "suppressed_share", "removed_near", "removed_far"} <= set(table.columns)
     assert (table.step == 20).all() and not table.learned.any()  # 20 steps learn nothing
     assert table.repeat_share.iloc[0] == 0.0 and table.repeat_share.iloc[2] > 0.0
     assert table.accuracy_gap0.iloc[:2].isna().all() and table.accuracy_gap0.iloc[2:].between(0, 1).all()
@@ -170,3 +175,24 @@ def test_a_bad_condition_is_refused_in_one_line_before_anything_trains(tmp_path,
 def test_two_conditions_with_the_same_runs_are_refused():
     with pytest.raises(ConfigError, match="two conditions give the same runs"):
         SearchPlan("cpu", conditions=("distinct", "distinct+weight_decay=0.005"), seeds=(0,), settings=TINY)
+
+
+def test_the_screen_ranks_conditions_by_its_declared_selection_rule():
+    def rows(condition, modes, suppressors, strength, accuracy=1.0):
+        return pd.DataFrame({"condition": condition, "mode": modes, "val_accuracy": accuracy,
+                             "n_suppressors": suppressors, "suppression": strength})
+
+    models = pd.concat([
+        rows("pairs", ["splitting"] * 3, [1, 1, 0], [0.3, 0.25, 0.05]),
+        rows("one cs", ["copy_suppression", "splitting", "splitting"], [1, 0, 0], [0.4, 0.0, 0.0]),
+        rows("strong", ["splitting"] * 3, [0, 0, 0], [0.19, 0.1, 0.0]),
+        rows("weak", ["splitting"] * 3, [0, 0, 0], [0.05, 0.1, 0.0]),
+        rows("unlearned", ["copy_suppression"] * 3, [1, 1, 1], [0.9] * 3, accuracy=0.5),
+        rows("one learned", ["copy_suppression", "splitting", "splitting"], [1, 1, 1], [0.9] * 3)
+        .assign(val_accuracy=[1.0, 0.5, 0.5]),
+    ], ignore_index=True)
+    ranking = screen_ranking(models, RULES)
+    assert ranking.condition.tolist()[:4] == ["one cs", "pairs", "strong", "weak"]
+    assert ranking["rank"].tolist()[:4] == [1, 2, 3, 4] and ranking["rank"].iloc[4:].isna().all()
+    assert set(ranking.condition.iloc[4:]) == {"unlearned", "one learned"}  # fewer than 2 of 3 runs learned
+    assert ranking.set_index("condition").loc["pairs", "suppressing_pair"] == 2

@@ -73,11 +73,14 @@ def alone(finding: Finding, rules: SortingRules = RULES) -> Verdict:
 def test_the_rules_hold_the_mode_rule_its_sweeps_and_every_level():
     thresholds = RULES.mode_thresholds()  # one source of the mode rule's values: the rules (ModeThresholds has none)
     assert {f.name: getattr(thresholds, f.name) for f in fields(ModeThresholds)} == {
-        "copy": 3.5, "min_fraction": 0.2, "qk_similar": 0.5, "suppressed_copied": 0.5, "max_overlap": 0.3,
-        "min_coverage": 0.8}
-    assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "max_overlap": (0.2, 0.3, 0.4, 0.5)}
-    assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppressed_copied", "max_overlap",
-                                            "min_coverage", *LLCRules().stamp("analysis")}  # and the LLC limits
+        "copy": 3.5, "min_fraction": 0.2, "qk_similar": 0.5, "suppress_z": 2.0, "suppress_share": 0.2,
+        "min_suppressed": 0.1, "max_overlap": 0.3, "min_coverage": 0.8}
+    assert RULES.mode_sweeps() == {"copy": (2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "suppress_z": (1.5, 2.0, 2.5, 3.0),
+                                   "suppress_share": (0.15, 0.2, 0.25), "min_suppressed": (0.05, 0.1, 0.15),
+                                   "max_overlap": (0.2, 0.3, 0.4, 0.5)}
+    assert set(RULES.stamp("analysis")) == {"copy", "min_fraction", "qk_similar", "suppress_z", "suppress_share",
+                                            "min_suppressed", "max_overlap", "min_coverage",
+                                            *LLCRules().stamp("analysis")}  # and the LLC limits
     assert RULES.sweeps()["learned"] == (0.9, 0.95, 0.99) and RULES.stamp("summary")["learned"] == [0.95, [0.9, 0.95, 0.99]]
     assert RULES.changed(copy=3.0).mode_thresholds().copy == 3.0
     assert all(row["reason"] for row in RULES.rows())

@@ -204,6 +204,34 @@ def _dla_rows(correct: _BinSums, current: _BinSums, n_heads: int) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+NEAR_BINS = ("0", "1", "2")  # next number at most 2 above the current one: where a copy most needs suppressing
+FAR_BINS = ("3-4", "5-8", "9+")
+
+
+def suppression_by_gap(dla: pd.DataFrame, modes: pd.DataFrame) -> pd.DataFrame:
+    """Per instance with a copier (`modes`' copier ≥ 0): the share of the copier's direct effect on the correct
+    number that its suppressor removes, −dla_g / dla_h over all targets (removed_all), targets at gaps ≤ 2
+    (removed_near) and ≥ 3 (removed_far), bins pooled by their counts. The suppressor is the reported one, else
+    the other head with the lowest direct effect on the correct number; NaN where a part has no targets."""
+    rows = []
+    for pair in modes[modes.copier >= 0].itertuples():
+        own = dla[dla.instance == pair.instance]
+        g = pair.suppressor
+        if g < 0:
+            others = own[(own.gap_bin == ALL) & (own["head"] != pair.copier)]
+            if others.empty:
+                continue
+            g = int(others.loc[others.dla_correct.idxmin(), "head"])
+        row = {"instance": pair.instance}
+        for name, chosen in (("removed_all", (ALL,)), ("removed_near", NEAR_BINS), ("removed_far", FAR_BINS)):
+            part = own[own.gap_bin.isin(chosen)]
+            effect = {h: (part[part["head"] == h].dla_correct * part[part["head"] == h]["count"]).sum()
+                      for h in (g, pair.copier)}
+            row[name] = -effect[g] / effect[pair.copier] if len(part) and effect[pair.copier] > 0 else float("nan")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["instance", "removed_all", "removed_near", "removed_far"])
+
+
 @torch.no_grad()
 def autoregressive_accuracy(model: EnsembleTransformer, batch: SortingBatch, cfg: SortingConfig,
                             chunk: int = 512) -> pd.DataFrame:

@@ -1,12 +1,16 @@
 """Which way the heads of a sorting model share the work, read off their OV and QK circuits.
 
-A head *copies* number v when attending to v raises v's logit well above the other outputs, and
-*suppresses* v when it lowers it well below: the diagonal score (see `diagonal_scores`) is a z-score
-of the OV diagonal within its row. Modes, tested in this order:
+A head *copies* number v when attending to v raises v's logit well above the other outputs: the
+diagonal score (see `diagonal_scores`) is a z-score of the OV diagonal within its row. Suppression
+is measured against a copier, in logits: head g *suppresses* v against copier h when g's own score
+for v is at most ``-suppress_z`` and g's lift of v (``diagonal_lifts``: the diagonal minus the row's
+mean) removes at least ``suppress_share`` of h's lift of v. A z-score alone cannot say this: a broad
+suppressor (one that also pushes down v's neighbours) scores far less than a sharp one, and a
+suppressor at 1% of its copier's strength scores as high as a strong one. Modes, tested in this order:
 
-- **copy_suppression**: a suppressor head g and a copier head h ≠ g attend alike (QK similarity
-  ≥ ``qk_similar``) and h copies most of what g suppresses (≥ ``suppressed_copied`` of g's set):
-  one head writes the number, the other pushes it (or its copy elsewhere) down.
+- **copy_suppression**: a copier h and a head g ≠ h attend alike (QK similarity ≥ ``qk_similar``)
+  and g suppresses, against h, at least ``min_suppressed`` of the numbers h copies: one head writes
+  the number, the other removes a stated share of it.
 - **splitting**: at least two copiers whose copying sets hardly overlap (largest pairwise Jaccard
   ≤ ``max_overlap``) and that together cover the range (``coverage`` ≥ ``min_coverage``).
 - **overlapping**: at least two copiers, but their sets overlap more than ``max_overlap``.
@@ -44,7 +48,9 @@ class ModeThresholds(Settings):
     copy: float
     min_fraction: float
     qk_similar: float
-    suppressed_copied: float
+    suppress_z: float
+    suppress_share: float
+    min_suppressed: float
     max_overlap: float
     min_coverage: float
 
@@ -53,7 +59,9 @@ class ModeThresholds(Settings):
             copy=check_number("copy", self.copy, 0.0, low_open=True),
             min_fraction=check_number("min_fraction", self.min_fraction, 0.0, 1.0, low_open=True),
             qk_similar=check_number("qk_similar", self.qk_similar, -1.0, 1.0),
-            suppressed_copied=check_number("suppressed_copied", self.suppressed_copied, 0.0, 1.0),
+            suppress_z=check_number("suppress_z", self.suppress_z, 0.0),
+            suppress_share=check_number("suppress_share", self.suppress_share, 0.0, low_open=True),
+            min_suppressed=check_number("min_suppressed", self.min_suppressed, 0.0, 1.0, low_open=True),
             max_overlap=check_number("max_overlap", self.max_overlap, 0.0, 1.0),
             min_coverage=check_number("min_coverage", self.min_coverage, 0.0, 1.0),
         )
@@ -79,9 +87,17 @@ def diagonal_scores(ov: Tensor) -> Tensor:
     return torch.where(spread > 0, lift / spread.clamp_min(1e-30), torch.zeros_like(lift)).float()
 
 
+def diagonal_lifts(ov: Tensor) -> Tensor:
+    """Per number v, OV[v, v] − mean_u OV[v, u], [E, H, V]: how much attending to v lifts v's own logit
+    above the row's mean, in the circuit's units (logits when the OV circuit carries the readout scale)."""
+    _check_circuits(ov)
+    ov = ov.double()
+    return (ov.diagonal(dim1=-2, dim2=-1) - ov.mean(dim=-1)).float()
+
+
 def copy_sets(scores: Tensor, thresholds: ModeThresholds) -> tuple[Tensor, Tensor]:
-    """Numbers each head copies (score > copy) and suppresses (score < −copy): two bool [E, H, V]."""
-    return scores > thresholds.copy, scores < -thresholds.copy
+    """Numbers each head copies (score > copy) and pushes below noise (score ≤ −suppress_z): two bool [E, H, V]."""
+    return scores > thresholds.copy, scores <= -thresholds.suppress_z
 
 
 def qk_similarity(qk: Tensor) -> Tensor:
@@ -103,46 +119,58 @@ def _jaccard(copies: np.ndarray) -> np.ndarray:
     return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
 
 
-def _suppressed_copied(copies: np.ndarray, suppresses: np.ndarray) -> np.ndarray:
-    """[E, G, H]: fraction of the numbers g suppresses that h copies (0 where g suppresses none)."""
-    inter = np.einsum("egv,ehv->egh", suppresses.astype(np.float64), copies.astype(np.float64))
-    sizes = suppresses.sum(axis=-1)[:, :, None].astype(np.float64)
-    return np.divide(inter, sizes, out=np.zeros_like(inter), where=sizes > 0)
+def suppression_pairs(lifts: np.ndarray, copies: np.ndarray, below: np.ndarray, share: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Per ordered pair (g, h), two [E, G, H]: the share of h's copied numbers that g suppresses against h
+    (g's score below noise, `below`, and g's lift removing ≥ `share` of h's), and g's suppression
+    strength: −Σ lift_g / Σ lift_h over h's copied numbers, the share of h's copying that g removes
+    (0 where h copies nothing)."""
+    lifts = lifts.astype(np.float64)
+    copied = copies.astype(np.float64)
+    removes = (-lifts[:, :, None, :] >= share * lifts[:, None, :, :]) & below[:, :, None, :]  # [E, G, H, V]
+    sizes = copied.sum(axis=-1)[:, None, :]  # [E, 1, H]
+    suppressed = np.einsum("eghv,ehv->egh", removes.astype(np.float64), copied)
+    removed = -np.einsum("egv,ehv->egh", lifts, copied)
+    copying = np.einsum("ehv,ehv->eh", lifts, copied)[:, None, :]
+    return (np.divide(suppressed, sizes, out=np.zeros_like(suppressed), where=sizes > 0),
+            np.divide(removed, copying, out=np.zeros_like(removed), where=copying > 0))
 
 
 def classify_modes(ov: Tensor, qk: Tensor, thresholds: ModeThresholds) -> pd.DataFrame:
     """One row per instance: `mode` (see the module docstring) and every quantity the rule reads:
-    copy_fraction_h{h}, suppress_fraction_h{h}, n_copiers, n_suppressors, overlap (largest Jaccard of
-    two copiers, NaN with fewer than two), coverage, qk_similarity (of the reported pair), and the
-    copier / suppressor head indices (-1 for none)."""
+    copy_fraction_h{h}, suppress_fraction_h{h} (share of the numbers the head pushes below −suppress_z),
+    n_copiers, n_suppressors (heads that suppress at least min_suppressed of some copier's numbers, whatever
+    their QK), overlap (largest Jaccard of two copiers, NaN with fewer than two), coverage, suppression (the
+    largest share of a copier's lift over its numbers that another head removes; NaN without a copier), and of
+    the reported pair: qk_similarity, suppressed_share (share of the copier's numbers the suppressor suppresses)
+    and the copier / suppressor head indices (-1 for none)."""
     _check_circuits(ov, qk)
-    copies_t, suppresses_t = copy_sets(diagonal_scores(ov), thresholds)
-    copies, suppresses = copies_t.cpu().numpy(), suppresses_t.cpu().numpy()
-    copy_frac, supp_frac = copies.mean(axis=-1), suppresses.mean(axis=-1)  # [E, H]
-    pairs = {
-        "jaccard": _jaccard(copies),
-        "qk": qk_similarity(qk).cpu().numpy(),
-        "supp_copied": _suppressed_copied(copies, suppresses),
-    }
+    copies_t, below_t = copy_sets(diagonal_scores(ov), thresholds)
+    copies, below = copies_t.cpu().numpy(), below_t.cpu().numpy()
+    copy_frac, supp_frac = copies.mean(axis=-1), below.mean(axis=-1)  # [E, H]
+    suppressed, strength = suppression_pairs(diagonal_lifts(ov).cpu().numpy(), copies, below,
+                                             thresholds.suppress_share)
+    pairs = {"jaccard": _jaccard(copies), "qk": qk_similarity(qk).cpu().numpy(), "suppressed": suppressed,
+             "strength": strength}
     rows = []
     for e in range(ov.shape[0]):
         fractions = {}
         for h in range(ov.shape[1]):
             fractions[f"copy_fraction_h{h}"] = float(copy_frac[e, h])
             fractions[f"suppress_fraction_h{h}"] = float(supp_frac[e, h])
-        decided = _rule(copy_frac[e], supp_frac[e], float(copies[e].any(axis=0).mean()),
-                        {k: v[e] for k, v in pairs.items()}, thresholds)
+        decided = _rule(copy_frac[e], float(copies[e].any(axis=0).mean()), {k: v[e] for k, v in pairs.items()},
+                        thresholds)
         rows.append({"instance": e, "mode": decided.pop("mode"), **fractions, **decided})
     return pd.DataFrame(rows)
 
 
-def _rule(copy_frac: np.ndarray, supp_frac: np.ndarray, coverage: float, pairs: dict[str, np.ndarray],
-          t: ModeThresholds) -> dict:
-    """Mode of one instance from its per-head fractions [H] and pairwise quantities [H, H]."""
+def _rule(copy_frac: np.ndarray, coverage: float, pairs: dict[str, np.ndarray], t: ModeThresholds) -> dict:
+    """Mode of one instance from its per-head copying fractions [H] and pairwise quantities [H, H]."""
     copiers = np.flatnonzero(copy_frac >= t.min_fraction)
-    suppressors = np.flatnonzero(supp_frac >= t.min_fraction)
+    suppressing = pairs["suppressed"][:, copiers] >= t.min_suppressed  # [G, copiers]
+    suppressors = np.flatnonzero(suppressing.any(axis=1))
     overlap = _largest_pair(pairs["jaccard"], copiers)
-    matched, pair = _reported_pair(copy_frac, supp_frac, copiers, suppressors, pairs, t)
+    matched, pair = _reported_pair(copy_frac, copiers, pairs, t)
     if matched:
         mode = "copy_suppression"
     elif len(copiers) >= 2 and overlap > t.max_overlap:
@@ -155,21 +183,27 @@ def _rule(copy_frac: np.ndarray, supp_frac: np.ndarray, coverage: float, pairs: 
             "coverage": coverage, **pair}
 
 
-def _reported_pair(copy_frac: np.ndarray, supp_frac: np.ndarray, copiers: np.ndarray, suppressors: np.ndarray,
-                   pairs: dict[str, np.ndarray], t: ModeThresholds) -> tuple[bool, dict]:
-    """Whether a copy/suppress pair passes the rule, and the pair to report: the best passing pair, else
-    the best (suppressor, copier) pair, else the two heads that copy most (copier -1 when none copies)."""
-    candidates = [(g, h) for g in suppressors for h in copiers if g != h]
-    matched = [(g, h) for g, h in candidates
-               if pairs["qk"][g, h] >= t.qk_similar and pairs["supp_copied"][g, h] >= t.suppressed_copied]
-    if candidates:
-        g, h = max(matched or candidates, key=lambda p: (pairs["supp_copied"][p], pairs["qk"][p]))
-        return bool(matched), {"qk_similarity": float(pairs["qk"][g, h]), "copier": int(h), "suppressor": int(g)}
+def _reported_pair(copy_frac: np.ndarray, copiers: np.ndarray, pairs: dict[str, np.ndarray],
+                   t: ModeThresholds) -> tuple[bool, dict]:
+    """Whether a copy/suppress pair passes the rule, and the pair to report: the best passing pair, else the
+    (head, copier) pair whose head suppresses most of the copier's numbers, else the two heads that copy most
+    (suppressor -1; copier -1 when none copies). `suppression` is the largest strength of any head against any
+    copier, whichever pair is reported. A head never suppresses its own copied numbers (their lift is positive)."""
+    candidates = [(g, h) for h in copiers for g in range(len(copy_frac)) if g != h]
+    strongest = max((pairs["strength"][p] for p in candidates), default=float("nan"))
+    suppressing = [p for p in candidates if pairs["suppressed"][p] > 0]
+    matched = [(g, h) for g, h in suppressing
+               if pairs["qk"][g, h] >= t.qk_similar and pairs["suppressed"][g, h] >= t.min_suppressed]
+    if suppressing:
+        g, h = max(matched or suppressing, key=lambda p: (pairs["suppressed"][p], pairs["strength"][p], pairs["qk"][p]))
+        return bool(matched), {"qk_similarity": float(pairs["qk"][g, h]),
+                               "suppressed_share": float(pairs["suppressed"][g, h]), "suppression": float(strongest),
+                               "copier": int(h), "suppressor": int(g)}
     by_copying = np.argsort(-copy_frac, kind="stable")
     similarity = float(pairs["qk"][by_copying[0], by_copying[1]]) if len(copy_frac) > 1 else float("nan")
-    suppressor = int(suppressors[np.argmax(supp_frac[suppressors])]) if len(suppressors) else -1
-    return False, {"qk_similarity": similarity, "copier": int(by_copying[0]) if len(copiers) else -1,
-                   "suppressor": suppressor}
+    return False, {"qk_similarity": similarity, "suppressed_share": 0.0 if len(candidates) else float("nan"),
+                   "suppression": float(strongest), "copier": int(by_copying[0]) if len(copiers) else -1,
+                   "suppressor": -1}
 
 
 def _largest_pair(matrix: np.ndarray, heads: np.ndarray) -> float:

@@ -13,7 +13,7 @@ from headway.studies.base import StudyData
 from headway.studies.copy_search.plan import CONDITIONS
 from headway.studies.copy_search.rules import SearchRules
 from headway.studies.copy_search.study import SUPPRESSOR
-from headway.studies.copy_search.tables import condition_summary, fractions
+from headway.studies.copy_search.tables import condition_summary, fractions, screen_ranking
 from headway.studies.copy_search.verdicts import condition_tests
 from headway.studies.variants import described
 from headway.studies.verdict import Verdict
@@ -35,8 +35,8 @@ def write_outputs(data: StudyData, tables, verdicts: list[Verdict], out: Path) -
 
 
 def write_tables(out: Path, models: pd.DataFrame, rules: SearchRules, timing: str) -> Path:
-    """models.csv, mode_fractions.csv, tests.csv, conditions.csv and report.md from the models table; returns the
-    report's path."""
+    """models.csv, mode_fractions.csv, tests.csv, conditions.csv, ranking.csv and report.md from the models table;
+    returns the report's path."""
     layout.write_text(out / MODELS, models.to_csv(index=False))
     shares = fractions(models, rules)
     layout.write_text(out / "mode_fractions.csv", shares.to_csv(index=False))
@@ -44,7 +44,9 @@ def write_tables(out: Path, models: pd.DataFrame, rules: SearchRules, timing: st
     layout.write_text(out / "tests.csv", tests.to_csv(index=False))
     summary = condition_summary(models)
     layout.write_text(out / "conditions.csv", summary.to_csv(index=False))
-    layout.write_text(out / "report.md", report_text(shares, tests, summary, rules, timing))
+    ranking = screen_ranking(models, rules)
+    layout.write_text(out / "ranking.csv", ranking.to_csv(index=False))
+    layout.write_text(out / "report.md", report_text(shares, tests, summary, ranking, rules, timing))
     return out / "report.md"
 
 
@@ -57,20 +59,23 @@ def rejudge(out: Path, rules: SearchRules | None = None) -> Path:
     return write_tables(out, pd.read_csv(path), rules or SearchRules(), "re-judged from models.csv")
 
 
-def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame, rules: SearchRules,
-                timing: str) -> str:
-    """The markdown report: settings, mode fractions with Wilson intervals, the test and the verdict."""
+def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame, ranking: pd.DataFrame,
+                rules: SearchRules, timing: str) -> str:
+    """The markdown report: settings, mode fractions with Wilson intervals, the screen's ranking, the test and the
+    verdict."""
     steps = ", ".join(f"{r.condition} {int(r.step)}" for r in summary.itertuples())
     lines = ["# Copy-suppression search", "", f"{timing}  ", f"Models classified at step: {steps}", "",
              "## Conditions", "", "| condition | settings over the recipe | realised δ̄ | share of 0 gaps | "
              "lowest val acc | median whole-list acc | median acc on repeats (gap 0) / other targets | "
-             "largest suppressed fraction | lowest diagonal score | models with a suppressor | "
-             "CS at some copy threshold 2–4.5 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "largest suppressed fraction | lowest diagonal score | models with a suppressor | largest suppression | "
+             "median removed at gaps ≤ 2 / ≥ 3 | CS at some copy threshold 2–4.5 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in summary.itertuples():
         lines.append(f"| {row.condition} | {described(row.condition, CONDITIONS)} | {row.mean_gap:.2f} | "
                      f"{row.repeat_share:.2f} | {row.min_val_accuracy:.3f} | {row.median_list_accuracy:.3f} | "
                      f"{row.accuracy_gap0:.3f} / {row.accuracy_gap_other:.3f} | {row.max_suppress_fraction:.2f} | "
-                     f"{row.min_diagonal_score:.2f} | {row.n_suppressor_models} | {row.cs_at_some_copy_threshold} |")
+                     f"{row.min_diagonal_score:.2f} | {row.n_suppressor_models} | {row.max_suppression:.2f} | "
+                     f"{row.removed_near:.2f} / {row.removed_far:.2f} | {row.cs_at_some_copy_threshold} |")
     lines += ["", "## Mode fractions (learned runs, Wilson 95% intervals)", "",
               "| condition | n | splitting | copy_suppression | overlapping | other |", "|---|---|---|---|---|---|"]
     for name in tests.condition:
@@ -81,6 +86,13 @@ def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame
         cells = {r.mode: f"{r.count}/{r.n} ({r.ci_low:.2f}–{r.ci_high:.2f})" for r in group.itertuples()}
         lines.append(f"| {name} | {int(group.n.iloc[0])} | " + " | ".join(
             cells[m] for m in ("splitting", SUPPRESSOR, "overlapping", "other")) + " |")
+    lines += ["", "## Screen ranking (the selection rule, docs/study-sorting.md)", "",
+              "| rank | condition | learned / runs | CS models | models with a suppressing pair | largest suppression |",
+              "|---|---|---|---|---|---|"]
+    for r in ranking.itertuples():
+        rank = "not eligible" if pd.isna(r.rank) else str(r.rank)
+        lines.append(f"| {rank} | {r.condition} | {r.learned}/{r.runs} | {r.copy_suppression} | {r.suppressing_pair} "
+                     f"| {r.max_suppression:.2f} |")
     lines += ["", "## Test", "",
               "Written with the search, before its models trained; the correction across conditions was Šidák's "
               "then, and became Holm's after the committed search had run. "

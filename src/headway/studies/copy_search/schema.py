@@ -8,5 +8,6 @@ from headway.studies.sorting.schema import MODE_COLUMNS
 SCHEMAS = {
     "modes": TableSchema.of({
         **MODE_COLUMNS, "min_diagonal_score": "float", "cs_at_copy": "float", "accuracy_gap0": "float",
-        "accuracy_gap_other": "float", "mean_gap": "float", "repeat_share": "float", "run_id": "str"}),
+        "accuracy_gap_other": "float", "removed_all": "float", "removed_near": "float", "removed_far": "float",
+        "mean_gap": "float", "repeat_share": "float", "run_id": "str"}),
 }

@@ -40,7 +40,7 @@ class CopySearchStudy(Study):
     plan_class = SearchPlan
     scales = SCALES
     schemas = SCHEMAS
-    version = 1
+    version = 2
     rules_class = SearchRules
     results_file = "models.csv"
     plan: SearchPlan
@@ -67,7 +67,7 @@ def model_modes(model, task: SortingConfig, examples: int, rules: SearchRules) -
     repeated targets (gap 0) and on the others, and the realised δ̄ and share of zero gaps of those lists."""
     import torch
 
-    from headway.analysis.sorting.effects import ablate_heads
+    from headway.analysis.sorting.effects import ablate_heads, direct_logit_attribution, suppression_by_gap
     from headway.analysis.sorting.modes import threshold_sweep
     from headway.studies.sorting.analyse import ANALYSIS_SEED, circuit_state
     from headway.tasks.sorting.task import generate
@@ -89,6 +89,8 @@ def model_modes(model, task: SortingConfig, examples: int, rules: SearchRules) -
         part = bins[chosen].assign(hits=lambda f: f.accuracy * f["count"])
         sums = part.groupby("instance")[["hits", "count"]].sum()
         modes[column] = modes.instance.map(sums.hits / sums["count"]).astype(float)
+    removed = suppression_by_gap(direct_logit_attribution(model, batch, task), modes)
+    modes = modes.merge(removed, on="instance", how="left")
     modes["mean_gap"] = float(batch.gaps.mean())
     modes["repeat_share"] = float((batch.gaps == 0).mean())
     return modes

@@ -61,9 +61,20 @@ def fractions(models: pd.DataFrame, rules: SearchRules) -> pd.DataFrame:
     return out.sort_values("condition", key=lambda c: c.map(order), kind="stable", ignore_index=True)
 
 
+# Columns a search classified before suppression was measured against a copier does not have (read as NaN).
+SUPPRESSION_COLUMNS = ("suppression", "suppressed_share", "removed_all", "removed_near", "removed_far")
+
+
+def with_suppression_columns(models: pd.DataFrame) -> pd.DataFrame:
+    """`models` with the suppression measures it lacks added as NaN (a folder classified before they existed)."""
+    return models.assign(**{name: float("nan") for name in SUPPRESSION_COLUMNS if name not in models})
+
+
 def condition_summary(models: pd.DataFrame) -> pd.DataFrame:
     """Per condition: realised δ̄ and share of zero gaps of the analysed lists, accuracies, the largest suppressed
-    fraction of any head, and how many models turn copy-suppression at some swept copy threshold."""
+    fraction of any head, the largest suppression strength and the median share of the copier's effect removed at
+    gaps ≤ 2 and ≥ 3, and how many models turn copy-suppression at some swept copy threshold."""
+    models = with_suppression_columns(models)
     suppress = models.filter(like="suppress_fraction_h")
     frame = models.assign(max_suppress=suppress.max(axis=1), cs_any=models.cs_at_copy.notna())
     grouped = frame.groupby("condition", sort=False)
@@ -73,5 +84,28 @@ def condition_summary(models: pd.DataFrame) -> pd.DataFrame:
         "accuracy_gap0": grouped.accuracy_gap0.median(), "accuracy_gap_other": grouped.accuracy_gap_other.median(),
         "max_suppress_fraction": grouped.max_suppress.max(), "min_diagonal_score": grouped.min_diagonal_score.min(),
         "n_suppressor_models": grouped.n_suppressors.apply(lambda s: int((s > 0).sum())),
+        "max_suppression": grouped.suppression.max(), "removed_near": grouped.removed_near.median(),
+        "removed_far": grouped.removed_far.median(),
         "cs_at_some_copy_threshold": grouped.cs_any.sum().astype(int),
     }).reset_index()
+
+
+def screen_ranking(models: pd.DataFrame, rules: SearchRules, min_learned: float = 2 / 3) -> pd.DataFrame:
+    """The screen's selection rule (docs/study-sorting.md, "The second search"), fixed before its models were
+    classified: conditions where at least `min_learned` of the runs learned, ranked by their copy-suppression
+    models, then their models with a suppressing pair (whatever its QK), then the largest suppression strength,
+    all among learned runs; `rank` 1 is confirmed first (NaN: not eligible)."""
+    models = with_suppression_columns(models)
+    rows = []
+    for name, group in models.groupby("condition", sort=False):
+        learned = group[group.val_accuracy >= rules.learned]
+        rows.append({"condition": name, "learned": len(learned), "runs": len(group),
+                     "copy_suppression": int((learned["mode"] == "copy_suppression").sum()),
+                     "suppressing_pair": int((learned.n_suppressors > 0).sum()),
+                     "max_suppression": float(learned.suppression.max()) if len(learned) else float("nan"),
+                     "eligible": len(learned) >= min_learned * len(group)})
+    table = pd.DataFrame(rows)
+    keys = ["copy_suppression", "suppressing_pair", "max_suppression"]
+    eligible = table[table.eligible].sort_values(keys, ascending=False, kind="stable", na_position="last")
+    table["rank"] = pd.Series(range(1, len(eligible) + 1), index=eligible.index, dtype="Int64")
+    return table.sort_values("rank", kind="stable", na_position="last", ignore_index=True)

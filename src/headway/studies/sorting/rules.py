@@ -20,8 +20,18 @@ stamp); they are defined here only, and `SortingRules.mode_thresholds()` hands t
   above the noise rate yet low enough to count a head that owns only one block of numbers.
 - ``qk_similar = 0.5``: a correlation of 0.5 between row-centred QK circuits means the two heads
   mostly prefer the same keys; copy suppression needs both heads to look at the same numbers.
-- ``suppressed_copied = 0.5``: most of what the suppressor pushes down must be what the copier
-  writes, else the two heads act on different numbers and are not a copy/suppress pair.
+- ``suppress_z = 2.0``: a suppressed number's own score must be below noise, but not below −copy: a
+  suppressor that also pushes down the attended number's neighbours (a Gaussian dip of width σ) scores
+  only about −sqrt(V / (σ·sqrt(π))) (−4.4 at σ = 1.5, −3.1 at σ = 3 for 51 numbers) before noise, so −3.5
+  misses broad suppressors. At −2 a head that does not suppress passes on 2.3% of numbers (standard
+  normal scores, as in untrained heads), so the pair's `min_suppressed` share (5 of a full-range
+  copier's 51 numbers, all also passing `suppress_share`) is out of noise's reach.
+- ``suppress_share = 0.2``: a suppressor must remove at least a fifth of its copier's lift (in logits)
+  of a number: a suppressor at 1% of the copier's strength, or splitting heads that push the other's
+  range down by a tenth of their own copying, are no copy/suppress pair; one at −0.3 … −0.5 of its
+  copier's OV is.
+- ``min_suppressed = 0.1``: the suppressor must act on a tenth of what its copier copies: a pair that
+  acts on 5 of 51 numbers is part of how the model sorts; fewer could be chance under `suppress_z`.
 - ``max_overlap = 0.3``: heads that split the range share at most the numbers at block borders;
   a Jaccard index above 0.3 means a large part of the range is copied twice.
 - ``min_coverage = 0.8``: splitting heads should together copy nearly every number; a few numbers
@@ -50,8 +60,15 @@ class SortingRules(LLCRules):
                                stage="analysis", low=0.0, high=1.0)
     qk_similar: float = rule(0.5, "correlation of row-centred QK circuits above which a suppressor and a copier "
                                   "attend alike (copy-suppression)", stage="analysis", low=-1.0, high=1.0)
-    suppressed_copied: float = rule(0.5, "share of the suppressor's numbers its copier must copy (copy-suppression)",
-                                    stage="analysis", low=0.0, high=1.0)
+    suppress_z: float = rule(2.0, "diagonal score at or below whose negative a head pushes a number below noise (a "
+                                  "suppressed number also needs suppress_share)", sweep=(1.5, 2.0, 2.5, 3.0),
+                             stage="analysis", low=0.0)
+    suppress_share: float = rule(0.2, "share of a copier's lift of a number (logits) another head must remove to "
+                                      "suppress it against that copier", sweep=(0.15, 0.2, 0.25), stage="analysis",
+                                 low=0.0)
+    min_suppressed: float = rule(0.1, "share of a copier's numbers a head must suppress against it to be its "
+                                      "suppressor (copy-suppression, with qk_similar)", sweep=(0.05, 0.1, 0.15),
+                                 stage="analysis", low=0.0, high=1.0)
     max_overlap: float = rule(0.3, "largest Jaccard overlap of two copiers' sets that still counts as splitting",
                               sweep=(0.2, 0.3, 0.4, 0.5), stage="analysis", low=0.0, high=1.0)
     min_coverage: float = rule(0.8, "share of the numbers splitting copiers must cover together",

@@ -11,7 +11,8 @@ _TAGS = {"run_id": "str", "data": "str"}  # every row: its run, and the data it 
 # that classifies sorting models.
 MODE_COLUMNS = {"instance": "int", "mode": "str", "copy_fraction_h{n}": "float", "suppress_fraction_h{n}": "float",
                 "n_copiers": "int", "n_suppressors": "int", "overlap": "float", "coverage": "float",
-                "qk_similarity": "float", "copier": "int", "suppressor": "int"}
+                "qk_similarity": "float", "suppressed_share": "float", "suppression": "float", "copier": "int",
+                "suppressor": "int"}
 
 SCHEMAS = {
     "final": TableSchema.of({**MODE_COLUMNS, "ar_token_accuracy": "float", "ar_list_accuracy": "float",

@@ -27,7 +27,7 @@ class SortingStudy(TracingStudy):
     plan_class = SortingPlan
     scales = STUDY_SCALES
     schemas = SCHEMAS
-    version = 4
+    version = 5
     rules_class = SortingRules
     plan: SortingPlan
     rules: SortingRules
