@@ -9,8 +9,9 @@ suppressor (one that also pushes down v's neighbours) scores far less than a sha
 suppressor at 1% of its copier's strength scores as high as a strong one. Modes, tested in this order:
 
 - **copy_suppression**: a copier h and a head g ≠ h attend alike (QK similarity ≥ ``qk_similar``)
-  and g suppresses, against h, at least ``min_suppressed`` of the numbers h copies: one head writes
-  the number, the other removes a stated share of it.
+  and g suppresses, against h, at least ``min_suppressed`` of all the numbers (like ``min_fraction``
+  for a copier, a share of the range, so a pair needs as many numbers whatever the copier's set): one
+  head writes the number, the other removes a stated share of it.
 - **splitting**: at least two copiers whose copying sets hardly overlap (largest pairwise Jaccard
   ≤ ``max_overlap``) and that together cover the range (``coverage`` ≥ ``min_coverage``).
 - **overlapping**: at least two copiers, but their sets overlap more than ``max_overlap``.
@@ -121,28 +122,27 @@ def _jaccard(copies: np.ndarray) -> np.ndarray:
 
 def suppression_pairs(lifts: np.ndarray, copies: np.ndarray, below: np.ndarray, share: float
                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Per ordered pair (g, h), two [E, G, H]: the share of h's copied numbers that g suppresses against h
+    """Per ordered pair (g, h), two [E, G, H]: the share of all numbers that h copies and g suppresses against h
     (g's score below noise, `below`, and g's lift removing ≥ `share` of h's), and g's suppression
     strength: −Σ lift_g / Σ lift_h over h's copied numbers, the share of h's copying that g removes
     (0 where h copies nothing)."""
     lifts = lifts.astype(np.float64)
     copied = copies.astype(np.float64)
     removes = (-lifts[:, :, None, :] >= share * lifts[:, None, :, :]) & below[:, :, None, :]  # [E, G, H, V]
-    sizes = copied.sum(axis=-1)[:, None, :]  # [E, 1, H]
-    suppressed = np.einsum("eghv,ehv->egh", removes.astype(np.float64), copied)
+    suppressed = np.einsum("eghv,ehv->egh", removes.astype(np.float64), copied) / lifts.shape[-1]
     removed = -np.einsum("egv,ehv->egh", lifts, copied)
     copying = np.einsum("ehv,ehv->eh", lifts, copied)[:, None, :]
-    return (np.divide(suppressed, sizes, out=np.zeros_like(suppressed), where=sizes > 0),
-            np.divide(removed, copying, out=np.zeros_like(removed), where=copying > 0))
+    return suppressed, np.divide(removed, copying, out=np.zeros_like(removed), where=copying > 0)
 
 
 def classify_modes(ov: Tensor, qk: Tensor, thresholds: ModeThresholds) -> pd.DataFrame:
     """One row per instance: `mode` (see the module docstring) and every quantity the rule reads:
     copy_fraction_h{h}, suppress_fraction_h{h} (share of the numbers the head pushes below −suppress_z),
-    n_copiers, n_suppressors (heads that suppress at least min_suppressed of some copier's numbers, whatever
-    their QK), overlap (largest Jaccard of two copiers, NaN with fewer than two), coverage, suppression (the
+    n_copiers, n_suppressors (heads that suppress, against some copier, at least min_suppressed of the numbers,
+    whatever their QK), overlap (largest Jaccard of two copiers, NaN with fewer than two), coverage, suppression (the
     largest share of a copier's lift over its numbers that another head removes; NaN without a copier), and of
-    the reported pair: qk_similarity, suppressed_share (share of the copier's numbers the suppressor suppresses)
+    the reported pair: qk_similarity, suppressed_share (share of the numbers the suppressor suppresses against the
+    copier)
     and the copier / suppressor head indices (-1 for none)."""
     _check_circuits(ov, qk)
     copies_t, below_t = copy_sets(diagonal_scores(ov), thresholds)

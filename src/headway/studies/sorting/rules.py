@@ -24,14 +24,18 @@ stamp); they are defined here only, and `SortingRules.mode_thresholds()` hands t
   suppressor that also pushes down the attended number's neighbours (a Gaussian dip of width σ) scores
   only about −sqrt(V / (σ·sqrt(π))) (−4.4 at σ = 1.5, −3.1 at σ = 3 for 51 numbers) before noise, so −3.5
   misses broad suppressors. At −2 a head that does not suppress passes on 2.3% of numbers (standard
-  normal scores, as in untrained heads), so the pair's `min_suppressed` share (5 of a full-range
-  copier's 51 numbers, all also passing `suppress_share`) is out of noise's reach.
+  normal scores, as in untrained heads), so the pair's `min_suppressed` share (5 of the 51 numbers,
+  all also passing `suppress_share` and copied by the copier) is out of noise's reach.
 - ``suppress_share = 0.2``: a suppressor must remove at least a fifth of its copier's lift (in logits)
   of a number: a suppressor at 1% of the copier's strength, or splitting heads that push the other's
   range down by a tenth of their own copying, are no copy/suppress pair; one at −0.3 … −0.5 of its
   copier's OV is.
-- ``min_suppressed = 0.1``: the suppressor must act on a tenth of what its copier copies: a pair that
-  acts on 5 of 51 numbers is part of how the model sorts; fewer could be chance under `suppress_z`.
+- ``min_suppressed = 0.1``: the suppressor must act on a tenth of the numbers (5 of 51), like
+  `min_fraction` a share of the range: a pair that acts on 5 numbers is part of how the model sorts;
+  fewer could be chance under `suppress_z`. First written as a share of the *copier's* numbers, which
+  for four-head splitters (copiers of about 15 numbers) let 2–3 numbers at a block border make a pair:
+  the second search's screen met exactly that (docs/study-sorting.md), and the rule was brought in
+  line with its reason before the confirmation trained.
 - ``max_overlap = 0.3``: heads that split the range share at most the numbers at block borders;
   a Jaccard index above 0.3 means a large part of the range is copied twice.
 - ``min_coverage = 0.8``: splitting heads should together copy nearly every number; a few numbers
@@ -66,7 +70,7 @@ class SortingRules(LLCRules):
     suppress_share: float = rule(0.2, "share of a copier's lift of a number (logits) another head must remove to "
                                       "suppress it against that copier", sweep=(0.15, 0.2, 0.25), stage="analysis",
                                  low=0.0)
-    min_suppressed: float = rule(0.1, "share of a copier's numbers a head must suppress against it to be its "
+    min_suppressed: float = rule(0.1, "share of the numbers a head must suppress against a copier to be its "
                                       "suppressor (copy-suppression, with qk_similar)", sweep=(0.05, 0.1, 0.15),
                                  stage="analysis", low=0.0, high=1.0)
     max_overlap: float = rule(0.3, "largest Jaccard overlap of two copiers' sets that still counts as splitting",
