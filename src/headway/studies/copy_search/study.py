@@ -40,7 +40,7 @@ class CopySearchStudy(Study):
     plan_class = SearchPlan
     scales = SCALES
     schemas = SCHEMAS
-    version = 2
+    version = 3
     rules_class = SearchRules
     results_file = "models.csv"
     plan: SearchPlan
