@@ -17,11 +17,12 @@ from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs import layout
 from headway.studies.copy_search.plan import SearchPlan
-from headway.studies.copy_search.report import rejudge
+from headway.studies.copy_search.report import rejudge, write_tables
 from headway.studies.copy_search.rules import SearchRules
 from headway.studies.copy_search.study import CopySearchStudy, model_modes
 from headway.studies.copy_search.tables import fractions, screen_ranking
-from headway.studies.copy_search.verdicts import condition_tests
+from headway.studies.copy_search.verdicts import condition_tests, search_findings
+from headway.studies.verdict import judge
 from headway.tasks.sorting import SortingConfig
 
 RULES = SearchRules()
@@ -196,3 +197,36 @@ def test_the_screen_ranks_conditions_by_its_declared_selection_rule():
     assert ranking["rank"].tolist()[:4] == [1, 2, 3, 4] and ranking["rank"].iloc[4:].isna().all()
     assert set(ranking.condition.iloc[4:]) == {"unlearned", "one learned"}  # fewer than 2 of 3 runs learned
     assert ranking.set_index("condition").loc["pairs", "suppressing_pair"] == 2
+
+
+def test_the_gap_claim_is_judged_over_conditions_that_differ_in_their_data_only(tmp_path):
+    with pytest.raises(ConfigError, match="compares data only, but conditions 'distinct' and 'repeats\\+weight_decay=0' "
+                                          "also differ in weight_decay"):
+        SearchPlan("cpu", conditions=("distinct", "repeats+weight_decay=0"), seeds=(0,), settings=TINY,
+                   compare_gaps=True)
+    with pytest.raises(ConfigError, match="at least two conditions"):
+        SearchPlan("cpu", conditions=("distinct",), seeds=(0,), settings=TINY, compare_gaps=True)
+    SearchPlan("cpu", conditions=("distinct", "distinct+gaps=geometric+mean_gap=1.5+data_seed=1"), seeds=(0,),
+               settings=TINY, compare_gaps=True)  # data settings only: accepted
+
+    def condition(name, mean_gap, modes):
+        return pd.DataFrame({"condition": name, "mode": modes, "val_accuracy": 1.0, "mean_gap": mean_gap,
+                             "weight_decay": 0.005})
+
+    # one mode at the small δ̄, the other at the large one: the gap test finds it, with power, judged with the
+    # conditions' copy-suppression tests by Holm (3 claims)
+    models = pd.concat([condition("narrow", 4.7, ["splitting"] * 16),
+                        condition("wide", 18.0, ["overlapping"] * 13 + ["splitting"] * 3)], ignore_index=True)
+    rules = RULES.changed(gap_permutations=999, gap_power_studies=100, gap_power_permutations=199)
+    judged = judge(search_findings(models, rules, compare_gaps=True), rules)
+    gap = judged[-1]
+    assert len(judged) == 3 and gap.claim.startswith("The gap distribution") and gap.status == "reproduced"
+    assert gap.p_value < 0.01 and gap.power > 0.8 and "χ²" in gap.evidence
+    assert condition_tests(models, rules, compare_gaps=True).status.tolist() == ["not reproduced"] * 2
+    mixed = models.assign(mode=["splitting", "overlapping"] * 16)  # the same shares at both δ̄: not reproduced
+    assert judge(search_findings(mixed, rules, compare_gaps=True), rules)[-1].status == "not reproduced"
+    folder = tmp_path / "search"
+    write_tables(folder, models, rules, "test", compare_gaps=True)
+    assert "## The gap claim over these conditions" in (folder / "report.md").read_text()
+    layout.write_json(folder / "summary.json", {"compare_gaps": True}, checked=False)
+    assert "The gap distribution" in rejudge(folder, rules).read_text()  # rejudged as the search was judged

@@ -53,6 +53,9 @@ class SearchPlan(Plan):
     classify_step: int | None = field(default=None, metadata=axis(
         "Classify each model at this saved step, with its accuracies logged there (a search stopped early; "
         "'none': the last).", words={"none": None}))
+    compare_gaps: bool = field(default=False, metadata=axis(
+        "Also judge the sorting study's gap claim (the data decide the mode) over the conditions, which must then "
+        "differ in their data only (task settings, data_seed)."))
 
     def __post_init__(self) -> None:
         if not (self.conditions and self.seeds):
@@ -62,7 +65,9 @@ class SearchPlan(Plan):
         check_int("examples", self.examples, 1)
         if self.classify_step is not None:
             check_int("classify_step", self.classify_step, 1)
-        self.grids()  # every setting checked, and no two conditions alike, before anything trains
+        grids = self.grids()  # every setting checked, and no two conditions alike, before anything trains
+        if self.compare_gaps:
+            check_data_only(grids)
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid per condition, its runs in seed order."""
@@ -71,6 +76,24 @@ class SearchPlan(Plan):
     def with_settings(self, **settings: Any) -> SearchPlan:
         """A copy with flat run settings of the base recipe changed (None leaves one as it is)."""
         return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
+
+
+def check_data_only(grids: dict[str, list[RunConfig]]) -> None:
+    """Refuse conditions that differ in more than their data (task settings and data_seed): the gap claim compares
+    data, and another difference would be confounded with it."""
+    def recipe(run: RunConfig) -> dict[str, Any]:
+        task = set(run.task.to_dict())
+        return {k: v for k, v in run.flat().items() if k not in task and k not in ("data_seed", "task")}
+
+    (first, runs), *others = grids.items()
+    if not others:
+        raise ConfigError("compare_gaps needs at least two conditions to compare")
+    for name, other in others:
+        for a, b in zip(runs, other, strict=True):
+            differ = sorted(k for k in recipe(a) if recipe(a)[k] != recipe(b).get(k))
+            if differ:
+                raise ConfigError(f"compare_gaps compares data only, but conditions {first!r} and {name!r} also "
+                                  f"differ in {', '.join(differ)}")
 
 
 def study_plan(scale: str) -> SearchPlan:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -14,9 +15,9 @@ from headway.studies.copy_search.plan import CONDITIONS
 from headway.studies.copy_search.rules import SearchRules
 from headway.studies.copy_search.study import SUPPRESSOR
 from headway.studies.copy_search.tables import condition_summary, fractions, screen_ranking
-from headway.studies.copy_search.verdicts import condition_tests
+from headway.studies.copy_search.verdicts import condition_tests, search_findings
 from headway.studies.variants import described
-from headway.studies.verdict import Verdict
+from headway.studies.verdict import Verdict, judge
 
 MODELS = "models.csv"
 
@@ -26,43 +27,48 @@ def write_outputs(data: StudyData, tables, verdicts: list[Verdict], out: Path) -
     plan = data.plan
     layout.write_json(out / "summary.json", {
         "study": "copy_search", "scale": plan.scale, "conditions": list(plan.conditions), "seeds": list(plan.seeds),
-        "classify_step": plan.classify_step, "examples": plan.examples, "rules": data.rules.to_dict(),
+        "classify_step": plan.classify_step, "compare_gaps": plan.compare_gaps, "examples": plan.examples, "rules": data.rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts], "seconds": {k: round(v, 1) for k, v in data.seconds.items()},
         "hardware": data.hardware, "ensembles": data.ensembles}, checked=False)  # an output, never read back
     timing = (f"Training {data.seconds.get('training_s', 0):.0f} s, classification "
               f"{data.seconds.get('analysis_s', 0):.0f} s on {data.hardware.get('device', 'this machine')}")
-    return write_tables(out, tables.models, data.rules, timing)
+    return write_tables(out, tables.models, data.rules, timing, plan.compare_gaps)
 
 
-def write_tables(out: Path, models: pd.DataFrame, rules: SearchRules, timing: str) -> Path:
-    """models.csv, mode_fractions.csv, tests.csv, conditions.csv, ranking.csv and report.md from the models table;
-    returns the report's path."""
+def write_tables(out: Path, models: pd.DataFrame, rules: SearchRules, timing: str, compare_gaps: bool = False
+                 ) -> Path:
+    """models.csv, mode_fractions.csv, tests.csv, conditions.csv, ranking.csv and report.md from the models table
+    (with `compare_gaps`, the gap claim judged over the conditions too); returns the report's path."""
     layout.write_text(out / MODELS, models.to_csv(index=False))
     shares = fractions(models, rules)
     layout.write_text(out / "mode_fractions.csv", shares.to_csv(index=False))
-    tests = condition_tests(models, rules)
+    tests = condition_tests(models, rules, compare_gaps)
     layout.write_text(out / "tests.csv", tests.to_csv(index=False))
+    gap = judge(search_findings(models, rules, compare_gaps), rules)[-1] if compare_gaps else None
     summary = condition_summary(models)
     layout.write_text(out / "conditions.csv", summary.to_csv(index=False))
     ranking = screen_ranking(models, rules)
     layout.write_text(out / "ranking.csv", ranking.to_csv(index=False))
-    layout.write_text(out / "report.md", report_text(shares, tests, summary, ranking, rules, timing))
+    layout.write_text(out / "report.md", report_text(shares, tests, summary, ranking, rules, timing, gap))
     return out / "report.md"
 
 
 def rejudge(out: Path, rules: SearchRules | None = None) -> Path:
     """The tables and report of a classified search again from its models.csv alone (no checkpoints needed), under
-    `rules` (default: the search's): what a committed search folder is re-judged with when the test changes."""
+    `rules` (default: the search's), comparing the conditions' data where its summary.json says the search did:
+    what a committed search folder is re-judged with when the test changes."""
     path = out / MODELS
     if not path.is_file():
         raise ConfigError(f"{path} does not exist: run `headway study copy_search --out {out}` first")
-    return write_tables(out, pd.read_csv(path), rules or SearchRules(), "re-judged from models.csv")
+    summary = out / "summary.json"
+    compare = bool(json.loads(summary.read_text()).get("compare_gaps")) if summary.is_file() else False
+    return write_tables(out, pd.read_csv(path), rules or SearchRules(), "re-judged from models.csv", compare)
 
 
 def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame, ranking: pd.DataFrame,
-                rules: SearchRules, timing: str) -> str:
-    """The markdown report: settings, mode fractions with Wilson intervals, the screen's ranking, the test and the
-    verdict."""
+                rules: SearchRules, timing: str, gap: Verdict | None = None) -> str:
+    """The markdown report: settings, mode fractions with Wilson intervals, the screen's ranking, the test, the
+    verdict, and the gap claim's verdict where the conditions' data were compared."""
     steps = ", ".join(f"{r.condition} {int(r.step)}" for r in summary.itertuples())
     lines = ["# Copy-suppression search", "", f"{timing}  ", f"Models classified at step: {steps}", "",
              "## Conditions", "", "| condition | settings over the recipe | realised δ̄ | share of 0 gaps | "
@@ -115,4 +121,9 @@ def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame
                  f"{by_status['not reproduced']}; not testable in: {by_status['not testable']} "
                  f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
                  "learned runs in all).")
+    if gap is not None:
+        p = "—" if gap.p_value is None else f"{gap.p_value:.3g}"
+        power = "—" if gap.power is None else f"{gap.power:.2f}"
+        lines += ["", "## The gap claim over these conditions", "", f"{gap.claim}: **{gap.status}** (p = {p}, "
+                  f"power {power} at the stated effect; {gap.reason}). Evidence: {gap.evidence}"]
     return "\n".join(lines) + "\n"

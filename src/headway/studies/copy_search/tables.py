@@ -22,11 +22,13 @@ class SearchTables:
     accuracies at the step classified, mode and what the rule read, `learned`)."""
 
     models: pd.DataFrame
+    compare_gaps: bool = False  # the conditions differ in their data only: the gap claim is judged over them
 
 
 def summarise(data: StudyData) -> SearchTables:
-    """The models table of the plan's runs (`models_table`)."""
-    return SearchTables(models_table(data.plan, data.metrics, data.tables["modes"], data.rules))
+    """The models table of the plan's runs (`models_table`), and whether the plan compares its conditions' data."""
+    return SearchTables(models_table(data.plan, data.metrics, data.tables["modes"], data.rules),
+                        data.plan.compare_gaps)
 
 
 def models_table(plan: SearchPlan, metrics: pd.DataFrame, modes: pd.DataFrame, rules: SearchRules) -> pd.DataFrame:

@@ -54,11 +54,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
                            llc_bias, rules.llc_resolved_only)
               for run_id in curve.run_id.unique()] if len(curve) else []
-    rng = np.random.default_rng(GAP_SEED)
-    test = gap_test(final, rules.learned, rules.gap_permutations, rng)
-    if test is not None:
-        test["simulated_p"] = gap_power(final, rules, rng).tolist()
-    return SortingTables(final=final, fractions=mode_fractions(final, rules.learned), gap_test=test,
+    return SortingTables(final=final, fractions=mode_fractions(final, rules.learned),
+                         gap_test=gap_test_with_power(final, rules),
                          development=traced, weight_decays=tuple(data.plan.weight_decays),
                          ablation=data.tables["ablation"], dla=data.tables["dla"],
                          sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias)
@@ -136,6 +133,16 @@ def gap_test(final: pd.DataFrame, learned_accuracy: float, permutations: int, rn
         return None
     return {"p_value": sidak([s["p_value"] for s in strata]), "permutations": permutations, "per_decay": strata,
             "simulated_p": []}
+
+
+def gap_test_with_power(final: pd.DataFrame, rules: SortingRules) -> dict[str, Any] | None:
+    """`gap_test` of `final` under `rules` with its simulated p-values (`gap_power`), from the study's fixed
+    seed: the gap claim's whole input, the same for every study that judges it."""
+    rng = np.random.default_rng(GAP_SEED)
+    test = gap_test(final, rules.learned, rules.gap_permutations, rng)
+    if test is not None:
+        test["simulated_p"] = gap_power(final, rules, rng).tolist()
+    return test
 
 
 def gap_power(final: pd.DataFrame, rules: SortingRules, rng: np.random.Generator) -> np.ndarray:
