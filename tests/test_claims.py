@@ -47,6 +47,10 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
     plan = cls.plan_for(summary["scale"])
     if "grid" in summary:
         plan = plan.with_overrides(weight_decays=tuple(summary["grid"]["weight_decays"]))
+    if "conditions" in summary:  # a search: its conditions, seeds and what it classified on
+        plan = plan.with_overrides(**{key: tuple(summary[key]) if isinstance(summary[key], list) else summary[key]
+                                      for key in ("conditions", "seeds", "examples", "classify_step", "compare_gaps")
+                                      if key in summary})
     study = cls(plan, folder, rules=rules)
     ensembles = sorted(d for d in (folder / RUNS).iterdir() if d.is_dir())
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in cls.schemas}
@@ -61,7 +65,8 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
                      rules)
     summarise = __import__(f"headway.studies.{cls.name}.tables", fromlist=["summarise"]).summarise
     bias = summary.get("llc_bias")
-    tables = summarise(data) if cls.name == "retrieval" else summarise(data, math.nan if bias is None else bias)
+    takes_bias = cls.name in ("sorting", "modular")  # the studies that judge LLC claims
+    tables = summarise(data, math.nan if bias is None else bias) if takes_bias else summarise(data)
     return data, summary, tables
 
 

@@ -81,19 +81,22 @@ def diagonal_scores(ov: Tensor) -> Tensor:
     lifts v's own logit above the other outputs, in units of the row's spread (0 for a flat row)."""
     import torch
 
-    _check_circuits(ov)
-    ov = ov.double()
-    spread = ov.std(dim=-1, unbiased=False)
-    lift = ov.diagonal(dim1=-2, dim2=-1) - ov.mean(dim=-1)
+    lift = _lifts(ov)
+    spread = ov.double().std(dim=-1, unbiased=False)
     return torch.where(spread > 0, lift / spread.clamp_min(1e-30), torch.zeros_like(lift)).float()
 
 
 def diagonal_lifts(ov: Tensor) -> Tensor:
     """Per number v, OV[v, v] − mean_u OV[v, u], [E, H, V]: how much attending to v lifts v's own logit
     above the row's mean, in the circuit's units (logits when the OV circuit carries the readout scale)."""
+    return _lifts(ov).float()
+
+
+def _lifts(ov: Tensor) -> Tensor:
+    """OV[v, v] − mean_u OV[v, u] in double precision, [E, H, V], after checking ov's shape."""
     _check_circuits(ov)
     ov = ov.double()
-    return (ov.diagonal(dim1=-2, dim2=-1) - ov.mean(dim=-1)).float()
+    return ov.diagonal(dim1=-2, dim2=-1) - ov.mean(dim=-1)
 
 
 def copy_sets(scores: Tensor, thresholds: ModeThresholds) -> tuple[Tensor, Tensor]:
