@@ -122,8 +122,5 @@ def report_text(shares: pd.DataFrame, tests: pd.DataFrame, summary: pd.DataFrame
                  f"({int(tests.copy_suppression.sum())} copy-suppression models among {int(tests.learned.sum())} "
                  "learned runs in all).")
     if gap is not None:
-        p = "—" if gap.p_value is None else f"{gap.p_value:.3g}"
-        power = "—" if gap.power is None else f"{gap.power:.2f}"
-        lines += ["", "## The gap claim over these conditions", "", f"{gap.claim}: **{gap.status}** (p = {p}, "
-                  f"power {power} at the stated effect; {gap.reason}). Evidence: {gap.evidence}"]
+        lines += ["", "## The gap claim over these conditions", "", f"{gap.claim}: **{gap.status}**. {gap.evidence}"]
     return "\n".join(lines) + "\n"
