@@ -187,7 +187,8 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     results = pd.read_csv(out / "results.csv")
     assert len(results) == 8 and results["mode"].isin(["splitting", "copy_suppression", "overlapping", "other"]).all()
     sweep = pd.read_csv(out / "mode_sweep.csv")  # every run at every swept threshold value, the default among them
-    assert len(sweep) == 8 * 10 and set(sweep.threshold) == {"copy", "max_overlap"}
+    assert len(sweep) == 8 * 20 and set(sweep.threshold) == {"copy", "suppress_z", "suppress_share", "min_suppressed",
+                                                             "max_overlap"}
     at_default = sweep[(sweep.threshold == "copy") & (sweep.value == 3.5)].set_index("run_id")["mode"]
     assert at_default.to_dict() == results.set_index("run_id")["mode"].to_dict()
     fractions = pd.read_csv(out / "mode_fractions.csv")
