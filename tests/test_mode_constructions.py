@@ -96,3 +96,17 @@ def test_suppression_strength_is_the_share_of_the_copier_removed():
     mild = modes.loc["splitters mildly suppressing each other"]
     assert mild.suppressed_share == 0.0 and mild.n_suppressors == 0  # a tenth of the other's copying: below 0.2
     assert np.isnan(classify_modes(torch.zeros(1, 2, V, V), qk[:1], THRESHOLDS).suppression.item())  # no copier
+
+
+def test_a_head_of_noise_beside_a_copier_is_rarely_its_suppressor():
+    # the rules' reason for suppress_z = 2: a head whose rows are noise, as spread as the copier's rows, passes
+    # z ≤ −2 on about 2.3% of the numbers, and a pair needs 5 of 51: expected about 0.6% of such models
+    gen = torch.Generator().manual_seed(1)
+    copier = _bump(ALL).float()
+    spread = float(copier.std(dim=-1).mean())
+    models = 300
+    ov = torch.stack([copier.expand(models, V, V), torch.randn(models, V, V, generator=gen) * spread], dim=1)
+    qk = _sorting_qk(0).expand(models, 2, V + 1, V)  # both heads attend alike: only suppression can fail the pair
+    modes = classify_modes(ov, qk, THRESHOLDS)
+    assert (modes["mode"] == "copy_suppression").sum() <= 0.05 * models  # the study's noise budget, as for copy
+    assert modes.suppressed_share.mean() < 0.05

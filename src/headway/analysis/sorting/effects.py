@@ -225,8 +225,8 @@ def suppression_by_gap(dla: pd.DataFrame, modes: pd.DataFrame) -> pd.DataFrame:
         row = {"instance": pair.instance}
         for name, chosen in (("removed_all", (ALL,)), ("removed_near", NEAR_BINS), ("removed_far", FAR_BINS)):
             part = own[own.gap_bin.isin(chosen)]
-            effect = {h: (part[part["head"] == h].dla_correct * part[part["head"] == h]["count"]).sum()
-                      for h in (g, pair.copier)}
+            weighted = (part.dla_correct * part["count"]).groupby(part["head"]).sum()
+            effect = {h: weighted.get(h, 0.0) for h in (g, pair.copier)}
             row[name] = -effect[g] / effect[pair.copier] if len(part) and effect[pair.copier] > 0 else float("nan")
         rows.append(row)
     return pd.DataFrame(rows, columns=["instance", "removed_all", "removed_near", "removed_far"])

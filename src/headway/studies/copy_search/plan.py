@@ -90,7 +90,8 @@ def check_data_only(grids: dict[str, list[RunConfig]]) -> None:
         raise ConfigError("compare_gaps needs at least two conditions to compare")
     for name, other in others:
         for a, b in zip(runs, other, strict=True):
-            differ = sorted(k for k in recipe(a) if recipe(a)[k] != recipe(b).get(k))
+            mine, theirs = recipe(a), recipe(b)
+            differ = sorted(k for k in mine if mine[k] != theirs.get(k))
             if differ:
                 raise ConfigError(f"compare_gaps compares data only, but conditions {first!r} and {name!r} also "
                                   f"differ in {', '.join(differ)}")
