@@ -12,8 +12,8 @@ import pytest
 from headway.analysis.statistics import (agreement_power, agreement_tail, binomial_pmf, binomial_power, binomial_tail,
                                          chi_square, critical_count, detectable_accuracy, fisher_greater, fisher_power,
                                          holm, largest_agreement_pmf, normal_interval, normal_power, normal_tail,
-                                         permutation_independence, permutation_mean_gap, poisson_binomial_tail, pooled_count_test, sidak,
-                                         upper_tail, wilson_interval, z_score)
+                                         permutation_independence, poisson_binomial_tail, pooled_count_test, sidak,
+                                         stratified_shortfall, upper_tail, wilson_interval, z_score)
 
 
 def test_wilson_interval_is_sensible_at_the_ends():
@@ -128,10 +128,28 @@ def test_a_missing_label_is_no_category_of_the_permutation_test():
         assert math.isnan(statistic) and math.isnan(p)
 
 
-def test_the_mean_gap_permutation_test_matches_the_exact_count_and_refuses_missing_values():
+def test_the_stratified_shortfall_matches_the_exact_count_and_refuses_missing_values():
     """Three high values above three low ones: one of the C(6, 3) = 20 labelings is as extreme, p = 1/20."""
-    p = permutation_mean_gap([5.0, 6.0, 7.0], [1.0, 2.0, 3.0], 99_999, np.random.default_rng(0))
+    shortfall, noise, p = stratified_shortfall([([5.0, 6.0, 7.0], [1.0, 2.0, 3.0])], 99_999, np.random.default_rng(0))
     assert p == pytest.approx(1 / 20, abs=0.003)
-    assert permutation_mean_gap([1.0, 2.0, 3.0], [5.0, 6.0, 7.0], 9_999, np.random.default_rng(0)) == 1.0
-    assert math.isnan(permutation_mean_gap([5.0, math.nan], [1.0, 2.0], 99, np.random.default_rng(0)))
-    assert math.isnan(permutation_mean_gap([], [1.0, 2.0], 99, np.random.default_rng(0)))
+    assert shortfall == pytest.approx(1 - 2 / 6)  # the low mean 2 is two thirds below the high mean 6
+    assert noise == pytest.approx(math.sqrt(1 / 3 + 1 / 3) / 6)
+    assert stratified_shortfall([([1.0, 2.0, 3.0], [5.0, 6.0, 7.0])], 9_999, np.random.default_rng(0))[2] == 1.0
+    for strata in ([([5.0, math.nan], [1.0, 2.0])], [([], [1.0, 2.0])], []):
+        assert all(math.isnan(x) for x in stratified_shortfall(strata, 99, np.random.default_rng(0)))
+
+
+def test_the_stratified_shortfall_compares_within_strata_only():
+    """A scale that differs five-fold between strata and goes with the labels makes no effect: within each stratum
+    the groups are alike, so the test keeps its level, where pooling the strata would find a large gap."""
+    rng = np.random.default_rng(1)
+    found = []
+    for _ in range(300):
+        high = [rng.normal(1000, 50, 1), rng.normal(200, 10, 20)]  # the high group mostly in the low-scale stratum
+        low = [rng.normal(1000, 50, 20), rng.normal(200, 10, 2)]
+        found.append(stratified_shortfall(list(zip(high, low)), 199, rng)[2])
+    assert np.mean(np.asarray(found) <= 0.05) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 300)
+    # and a real shortfall in each stratum is found
+    _, _, p = stratified_shortfall([([1000, 1010, 990], [800, 790, 810]), ([200, 205, 195], [160, 158, 162])], 9_999,
+                                   np.random.default_rng(0))
+    assert p < 0.01

@@ -132,7 +132,7 @@ def test_trace_steps_are_log_spaced_and_keep_the_ends():
 
 
 def test_plans_check_their_grid():
-    assert len(study_plan("cpu").runs()) == 18
+    assert len(study_plan("cpu").runs()) == 72  # sized for the mode claims (tests/test_sorting_design.py)
     assert len(study_plan("cpu").development_runs()) == 4  # two seeds at each weight decay
     with pytest.raises(ConfigError, match="llc_weights = 'heads' must include 'all'"):
         study_plan("cpu").with_overrides(llc_weights="heads")
@@ -223,7 +223,7 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
 
 def test_study_sorting_cli_dry_run_and_bad_input(capsys):
     assert main(["study", "sorting", "--out", "unused", "--dry-run"]) == 0
-    assert "18 runs in 1 ensemble(s)" in capsys.readouterr().out
+    assert "72 runs in 1 ensemble(s)" in capsys.readouterr().out
     assert main(["study", "sorting", "--out", "unused", "--mean-gap", "uniform,2,3", "--seed", "0..3",
                  "--dry-run"]) == 0
     assert "24 runs" in capsys.readouterr().out

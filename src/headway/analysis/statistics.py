@@ -138,19 +138,34 @@ def permutation_independence(outcomes: Sequence, groups: Sequence, permutations:
     return float(seen), (1 + exceed) / (1 + permutations)
 
 
-def permutation_mean_gap(high: Sequence[float], low: Sequence[float], permutations: int,
-                         rng: np.random.Generator) -> float:
-    """One-sided permutation p-value that `high`'s mean exceeds `low`'s, (1 + #{gap_perm ≥ gap}) / (1 +
-    permutations), shuffling the group labels among the values: exact under exchangeability at any group size,
-    where a z-test over standard errors from a few values rejects too often. NaN when a value is missing."""
-    values = np.concatenate([np.asarray(high, dtype=float), np.asarray(low, dtype=float)])
-    if not len(high) or not len(low) or not np.isfinite(values).all():
-        return math.nan
-    shuffled = rng.permuted(np.tile(values, (permutations + 1, 1)), axis=1)
-    shuffled[0] = values  # row 0: the groups seen
-    gaps = shuffled[:, :len(high)].mean(axis=1) - shuffled[:, len(high):].mean(axis=1)
-    exceed = int((gaps[1:] >= gaps[0] - 1e-9 * max(1.0, abs(gaps[0]))).sum())
-    return (1 + exceed) / (1 + permutations)
+def stratified_shortfall(strata: Sequence[tuple[Sequence[float], Sequence[float]]], permutations: int,
+                         rng: np.random.Generator) -> tuple[float, float, float]:
+    """How far `low`'s mean falls below `high`'s, as a share of `high`'s, within each stratum of (high, low)
+    values, combined over strata with weights n_high·n_low / (n_high + n_low): the combined shortfall, its
+    normal-approximation standard error (each stratum's from its groups' spreads), and the one-sided permutation
+    p-value that it is above zero, the group labels shuffled within each stratum only, so a factor that moves
+    every value of a stratum (a scale the strata differ in) cannot make the effect. NaN for a value missing or
+    a stratum without both groups."""
+    if not strata or any(not len(high) or not len(low) for high, low in strata):
+        return math.nan, math.nan, math.nan
+    values = [np.concatenate([np.asarray(high, dtype=float), np.asarray(low, dtype=float)]) for high, low in strata]
+    if not all(np.isfinite(v).all() for v in values):
+        return math.nan, math.nan, math.nan
+    sizes = [(len(high), len(low)) for high, low in strata]
+    weights = np.array([h * lo / (h + lo) for h, lo in sizes])
+    combined = np.zeros(permutations + 1)
+    variance = 0.0
+    for v, (h, lo), w in zip(values, sizes, weights):
+        shuffled = rng.permuted(np.tile(v, (permutations + 1, 1)), axis=1)
+        shuffled[0] = v  # row 0: the groups seen
+        high_mean = shuffled[:, :h].mean(axis=1)
+        combined += w * (1 - shuffled[:, h:].mean(axis=1) / high_mean)
+        spread = (v[:h].var(ddof=1) / h if h > 1 else 0.0) + (v[h:].var(ddof=1) / lo if lo > 1 else 0.0)
+        variance += w ** 2 * spread / v[:h].mean() ** 2
+    combined /= weights.sum()
+    seen = combined[0]
+    exceed = int((combined[1:] >= seen - 1e-9 * max(1.0, abs(seen))).sum())
+    return float(seen), math.sqrt(variance) / float(weights.sum()), (1 + exceed) / (1 + permutations)
 
 
 def sidak(p_values: Sequence[float]) -> float:

@@ -16,7 +16,7 @@ import pandas as pd
 
 from headway.analysis.development import Development
 from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, normal_power,
-                                         permutation_mean_gap, poisson_binomial_tail, wilson_interval)
+                                         poisson_binomial_tail, stratified_shortfall, wilson_interval)
 from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
@@ -171,49 +171,61 @@ def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: C
 
 
 def _simpler_test(rules: SortingRules) -> str:
-    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), a one-sided "
-            "permutation test that the mean λ̂ of the overlapping runs exceeds that of the simple modes (splitting and "
-            f"copy-suppression), {rules.simpler_permutations} shuffles of the mode labels; each group needs ≥ "
-            f"{rules.simpler_min_runs} runs. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
-            "the overlapping runs', the power from a normal approximation with the runs' spread (Welch)")
+    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), within each weight decay with ≥ 2 "
+            "such runs in each group, the share by which the simple modes' (splitting and copy-suppression) mean λ̂ "
+            "falls below the overlapping runs', combined over weight decays (weights n_simple·n_overlapping / n); "
+            f"a one-sided permutation test that it is above zero, {rules.simpler_permutations} shuffles of the mode "
+            "labels within each weight decay (weight decay moves λ̂ several-fold and goes with the mode, so runs are "
+            f"compared only with runs of their own weight decay); each group needs ≥ {rules.simpler_min_runs} runs "
+            f"in the weight decays compared. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
+            "the overlapping runs', the power from a normal approximation with the runs' spread")
 
 
-# What the simpler-modes claim reads of each learned run: its mode and its final LLC with why it is no estimate or
-# only a lower bound (λ̂ itself only where it is neither).
-FINAL_LLC = reads("val_accuracy", "mode", "llc", "llc_invalid", "llc_limited")
+# What the simpler-modes claim reads of each learned run: its mode, weight decay and final LLC with why it is no
+# estimate or only a lower bound (λ̂ itself only where it is neither).
+FINAL_LLC = reads("val_accuracy", "mode", "weight_decay", "llc", "llc_invalid", "llc_limited")
+SIMPLER_STRATUM = 2  # usable runs each group needs within a weight decay for it to be compared (a spread to read)
 
 
 @checked_claim(SIMPLER_CLAIM, _simpler_test, final=FINAL_LLC)
 def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
-    """H0: the simple modes' mean final λ̂ is not below the overlapping runs'; invalid estimates are left out, and
-    with `rules.llc_resolved_only` those the resolution check cannot vouch for (a lower bound of the LLC cannot
-    order two models by it; without the rule the comparison is of λ̂ at the plan's stated nβ and γ); each group
-    needs `simpler_min_runs`."""
+    """H0: within weight decays, the simple modes' mean final λ̂ is not below the overlapping runs'; invalid
+    estimates are left out, and with `rules.llc_resolved_only` those the resolution check cannot vouch for (a
+    lower bound of the LLC cannot order two models by it; without the rule the comparison is of λ̂ at the plan's
+    stated nβ and γ); a weight decay is compared where each group has `SIMPLER_STRATUM` usable runs, and each
+    group needs `simpler_min_runs` in those (`statistics.stratified_shortfall`)."""
     learned = learned_runs(final, rules)
     if learned.empty:
         return claim.not_testable("no run learned", learned_text(final, rules.learned))
     usable = learned[learned.llc_invalid == ""]
     if rules.llc_resolved_only:
         usable = usable[usable.llc_limited == ""]
-    simple = usable[usable["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
-    overlapping = usable[usable["mode"] == "overlapping"].llc.to_numpy(dtype=float)
-    for value in (*simple, *overlapping):
+    for value in usable.llc:
         present("a valid final λ̂", value)
     counted = (f"learned runs: {len(learned)}; final λ̂ invalid: {int((learned.llc_invalid != '').sum())}, "
                f"not vouched for by the resolution check: "
                f"{int(((learned.llc_invalid == '') & (learned.llc_limited != '')).sum())}"
-               f"{' (left out)' if rules.llc_resolved_only else ' (read at the stated scale)'}; "
-               f"usable: {len(simple)} in a simple mode, {len(overlapping)} overlapping")
-    if min(len(simple), len(overlapping)) < rules.simpler_min_runs:
-        return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group", f"{counted}.")
-    gap = float(overlapping.mean() - simple.mean())
-    noise = math.sqrt(simple.var(ddof=1) / len(simple) + overlapping.var(ddof=1) / len(overlapping))
-    effect = rules.simpler_effect * float(overlapping.mean())
-    evidence = (f"{counted}; mean λ̂ {simple.mean():.4g} (simple) against {overlapping.mean():.4g} (overlapping), "
-                f"difference {gap:.4g} ± {noise:.2g}.")
-    p_value = permutation_mean_gap(overlapping, simple, rules.simpler_permutations,
-                                   np.random.default_rng(SIMPLER_SEED))
-    return claim.finding(evidence, p_value, lambda level: normal_power(effect, noise, level))
+               f"{' (left out)' if rules.llc_resolved_only else ' (read at the stated scale)'}")
+    strata, described = [], []
+    for wd, group in usable.groupby("weight_decay"):
+        simple = group[group["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
+        overlapping = group[group["mode"] == "overlapping"].llc.to_numpy(dtype=float)
+        compared = min(len(simple), len(overlapping)) >= SIMPLER_STRATUM
+        described.append(f"{decay_label(float(wd))}: {len(simple)} simple"
+                         + (f" (mean λ̂ {simple.mean():.4g})" if len(simple) else "")
+                         + f", {len(overlapping)} overlapping"
+                         + (f" (mean λ̂ {overlapping.mean():.4g})" if len(overlapping) else "")
+                         + ("" if compared else f", not compared (fewer than {SIMPLER_STRATUM} in a group)"))
+        if compared:
+            strata.append((overlapping, simple))
+    counted += f"; usable: {'; '.join(described) or 'none'}"
+    if min(sum(len(s) for _, s in strata), sum(len(o) for o, _ in strata)) < rules.simpler_min_runs:
+        return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group within the weight "
+                                  "decays compared", f"{counted}.")
+    shortfall, noise, p_value = stratified_shortfall(strata, rules.simpler_permutations,
+                                                     np.random.default_rng(SIMPLER_SEED))
+    evidence = f"{counted}; the simple modes' mean λ̂ {shortfall:.1%} ± {noise:.1%} below the overlapping runs'."
+    return claim.finding(evidence, p_value, lambda level: normal_power(rules.simpler_effect, noise, level))
 
 
 def _gap_test(rules: SortingRules) -> str:
