@@ -11,6 +11,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
+from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
 STUDY_SCALES = ("cpu", "gpu")
@@ -34,6 +35,7 @@ class ModularPlan(Plan):
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
+    fresh_data: bool = fresh_data_field()
 
     def __post_init__(self) -> None:
         if not (self.train_fractions and self.weight_decays and self.seeds):
@@ -50,14 +52,14 @@ class ModularPlan(Plan):
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch
-        is its whole training set), as the recipe does."""
+        is its whole training set), as the recipe does; with `fresh_data` each seed splits the pairs its own way."""
         runs = []
         for fraction in self.train_fractions:
             full = RunConfig.from_flat({**self.settings, "train_fraction": fraction}).task.train_examples
             runs += [RunConfig.from_flat({**self.settings, "train_fraction": fraction, "batch_size": full,
                                           "weight_decay": wd, "seed": seed})
                      for wd in self.weight_decays for seed in self.seeds]
-        return {"runs": runs}
+        return {"runs": on_fresh_data(runs, self.fresh_data)}
 
     def development_runs(self) -> list[RunConfig]:
         """Runs whose LLC is traced over training."""
@@ -68,7 +70,7 @@ class ModularPlan(Plan):
         return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
 
     def describe(self) -> list[str]:
-        return [f"LLC traced over training for {len(self.development_runs())} of them"]
+        return [data_line(self.fresh_data), f"LLC traced over training for {len(self.development_runs())} of them"]
 
 
 def study_plan(scale: str) -> ModularPlan:

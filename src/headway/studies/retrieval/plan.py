@@ -15,6 +15,7 @@ from headway.errors import ConfigError
 from headway.model.config import ATTENTION_KINDS
 from headway.runs.config import RunConfig, expand_grid
 from headway.studies.base import Plan, axis
+from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 from headway.tasks.retrieval.config import CURRICULA, LAYOUTS, LINK_SUPERVISIONS, ORDERS, SUPERVISIONS, RetrievalConfig
 from headway.tasks.retrieval.theory import min_layers
@@ -60,9 +61,7 @@ class RetrievalPlan(Plan):
         "Cells at Theorem 1's exact bound, beside the grid: for each D, bidirectional attention, shuffled links "
         "and dense supervision with ⌈log₃ 2D⌉ layers, V raised to K·(D+1) where the grid's is smaller "
         "('none': none).", words={"none": ()}))
-    fresh_data: bool = field(default=False, metadata=axis(
-        "Each seed trains and validates on data of its own (data_seed = seed), so a confirmation varies the data "
-        "as well as the initialisation; off: every run draws from data_seed 0 (alone: true)."))
+    fresh_data: bool = fresh_data_field()
     conditional_base: dict[str, Any] = field(default_factory=dict)
     conditional_layers: tuple[int, ...] = field(default=(1, 2, 3), metadata=axis("Conditional grid: layer counts."))
     conditional_hops: tuple[int, ...] = field(
@@ -140,16 +139,13 @@ class RetrievalPlan(Plan):
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """The depth-law grid and the conditional grid, each run on its seed's own data with `fresh_data`."""
-        def data_of(runs: list[RunConfig]) -> list[RunConfig]:
-            return [replace(run, data_seed=run.seed) for run in runs] if self.fresh_data else runs
-
-        return {"depth": data_of(self.depth_runs()), "conditional": data_of(self.conditional_runs())}
+        return {"depth": on_fresh_data(self.depth_runs(), self.fresh_data),
+                "conditional": on_fresh_data(self.conditional_runs(), self.fresh_data)}
 
     def describe(self) -> list[str]:
         projected = gpu_projection(self)
-        data = ("data: each seed its own (data_seed = seed)" if self.fresh_data
-                else "data: every run draws from data_seed 0 (--fresh-data gives each seed its own)")
-        return [data, f"projected on one H100 (eager step, measured rates): training {projected['training_s'] / 60:.1f} min, "
+        return [data_line(self.fresh_data),
+                f"projected on one H100 (eager step, measured rates): training {projected['training_s'] / 60:.1f} min, "
                 f"analysis {projected['analysis_s'] / 60:.1f} min ({projected['ensembles']} ensembles × "
                 f"{ANALYSIS_S_PER_ENSEMBLE:g} s, measured on an H200)"]
 

@@ -12,6 +12,7 @@ from headway.runs.config import RunConfig
 from headway.runs.cost import GPU_STEP_BASE_S, GPU_STEP_PER_LAYER_S
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
+from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
 STUDY_SCALES = ("cpu", "gpu")
@@ -54,6 +55,7 @@ class SortingPlan(Plan):
     llc_weights: str = field(default="all,heads", metadata=axis(
         "Weight groups of the LLC trace: all (the whole model), heads (each head alone), embed, unembed."))
     examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
+    fresh_data: bool = fresh_data_field()
 
     def __post_init__(self) -> None:
         if not (self.data and self.weight_decays and self.seeds):
@@ -76,10 +78,11 @@ class SortingPlan(Plan):
         self.runs()  # every task and recipe setting is checked before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:
-        """One grid, in (data, weight decay, seed) order."""
-        return {"runs": [RunConfig.from_flat({**self.settings, **data_settings(data), "weight_decay": wd,
-                                              "seed": seed})
-                         for data in self.data for wd in self.weight_decays for seed in self.seeds]}
+        """One grid, in (data, weight decay, seed) order, each seed on its own lists with `fresh_data`."""
+        return {"runs": on_fresh_data([RunConfig.from_flat({**self.settings, **data_settings(data),
+                                                            "weight_decay": wd, "seed": seed})
+                                       for data in self.data for wd in self.weight_decays for seed in self.seeds],
+                                      self.fresh_data)}
 
     def development_runs(self) -> list[RunConfig]:
         """Runs whose LLC is traced over training: the first data value, every weight decay."""
@@ -92,7 +95,7 @@ class SortingPlan(Plan):
 
     def describe(self) -> list[str]:
         projected = gpu_projection(self)
-        return [f"LLC traced over training for {len(self.development_runs())} of them",
+        return [data_line(self.fresh_data), f"LLC traced over training for {len(self.development_runs())} of them",
                 f"LLC: about {projected['llc_flops']:.2e} FLOPs; projected on one H100 (measured rates): "
                 f"training {projected['training_s'] / 60:.1f} min, analysis {projected['analysis_s'] / 60:.1f} min"]
 
