@@ -171,9 +171,10 @@ def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: C
 
 
 def _simpler_test(rules: SortingRules) -> str:
-    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), within each weight decay with ≥ "
-            f"{SIMPLER_STRATUM} such runs in each group, the share by which the simple modes' (splitting and copy-suppression) mean λ̂ "
-            "falls below the overlapping runs', combined over weight decays (weights n_simple·n_overlapping / n); "
+    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), within each weight decay "
+            f"with ≥ {SIMPLER_STRATUM} such runs in each group, the share by which the simple modes' (splitting and "
+            "copy-suppression) mean λ̂ falls below the overlapping runs', combined over weight decays (weights "
+            "n_simple·n_overlapping / n); "
             f"a one-sided permutation test that it is above zero, {rules.simpler_permutations} shuffles of the mode "
             "labels within each weight decay (weight decay moves λ̂ several-fold and goes with the mode, so runs are "
             f"compared only with runs of their own weight decay); each group needs ≥ {rules.simpler_min_runs} runs "
