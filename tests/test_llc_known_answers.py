@@ -15,6 +15,7 @@ from headway.analysis.development import valid_llc
 from headway.analysis.llc import SGLDSettings, estimate_llc
 from headway.analysis.llc.known_answers import (
     SUITE,
+    SUITE_CHAINS,
     KnownModel,
     gaussian_nll,
     known_pool,
@@ -75,7 +76,7 @@ def test_the_pool_makes_the_teacher_the_exact_minimum_at_the_most_singular_point
 
 @pytest.fixture(scope="module")
 def at_defaults():
-    return suite_bias(SGLDSettings(), seed=0)
+    return suite_bias(SGLDSettings(), seed=0, min_chains=SGLDSettings().chains)  # the defaults as a user runs them
 
 
 @pytest.mark.parametrize("known", SUITE, ids=[known.name for known in SUITE])
@@ -99,7 +100,7 @@ def test_the_suite_reports_its_bias(at_defaults):
 def test_devinterp_style_settings_show_their_bias():
     # the issue's settings (ε 1e-4, γ 100 against nβ 82, no burn-in) read nn.Linear(10, 3)'s 15 as about 5
     old = SGLDSettings(lr=1e-4, localization=100.0, burnin=0, draws=200)
-    bias = suite_bias(old, seed=0)
+    bias = suite_bias(old, seed=0, min_chains=old.chains)
     assert bias.mean_relative_error < -0.4
     linear = bias.table.set_index("model").loc["linear 10×3 rank 3"]
     assert 3.5 < linear.estimate < 7.0
@@ -172,3 +173,17 @@ def test_suite_bias_at_a_study_s_settings_shows_what_they_cost():
     assert bias.mean_relative_error < -0.5 and bias.max_relative_se < 0.2  # resolved, and far below every truth
     assert bias.settings["init_loss_batches"] is None  # L(w*) on the whole pool, whatever the study uses
     assert "relative SE up to" in bias.summary()
+
+
+def test_the_suite_samples_enough_chains_that_a_study_s_few_do_not_read_as_bias():
+    # the sorting study's cpu settings sample 4 chains at nβ 1e4: the suite's standard errors then rival its truths
+    few = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=4, draws=120, burnin=120, batch_size=64)
+    own, suite = suite_bias(few, seed=0, min_chains=4), suite_bias(few, seed=0)
+    assert own.settings["chains"] == 4 and suite.settings["chains"] == SUITE_CHAINS
+    assert suite.max_relative_se < own.max_relative_se / 2.5  # 16× the chains: a quarter of the noise
+    assert suite.max_abs_relative_error < own.max_abs_relative_error
+
+
+def test_the_suite_names_a_bad_chain_count():
+    with pytest.raises(ConfigError, match=r"min_chains = 0 is invalid"):
+        suite_bias(SGLDSettings(), min_chains=0)

@@ -47,9 +47,13 @@ from headway.analysis.llc.estimate import estimate_llc
 from headway.analysis.llc.settings import SGLDSettings
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
-from headway.settings import is_integer
+from headway.settings import check_int, is_integer
 
 MIN_POOL = 4096  # examples per pool at least (and 4 batches): whitening and the noise projection need n ≫ M
+# Chains per suite estimate at least: chains change only λ̂'s variance, not its expectation, so the suite samples
+# with more of them than a study's few (4 at nβ 1e4 put standard errors of up to 9× the truths on the sorting plan's
+# suite, the noise then read as bias); 64 cost seconds to a minute on one thread at the studies' settings.
+SUITE_CHAINS = 64
 
 
 def learning_coefficient(widths: tuple[int, ...], rank: int) -> float:
@@ -282,16 +286,19 @@ class SuiteBias:
 
 
 def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed: int = 0,
-               budget: int | None = None) -> SuiteBias:
+               budget: int | None = None, min_chains: int = SUITE_CHAINS) -> SuiteBias:
     """λ̂ of every `SUITE` model at `settings` (L(w*) on the whole pool) against its known λ: the estimator's
-    bias at a study's own SGLD settings. `seed` draws the pools; the sampler's seed is `settings.seed`. The
+    bias at a study's own SGLD settings. `seed` draws the pools; the sampler's seed is `settings.seed`. Each
+    estimate samples at least `min_chains` chains (more than `settings.chains` when it has fewer): the bias of
+    the step size, γ, nβ and steps, with the noise of a study's few chains averaged out (`SUITE_CHAINS`). The
     suite's models have unit curvature in their regular directions, so the bias measured here is the one an
     estimate at these settings carries on models of that scale, not a property of the settings alone. With a
     `budget`, each model's settings are chosen from `settings` within that many steps a chain, as a study with
     that budget chooses its own (`auto.choose_settings`): the bias of the choice, not of one setting."""
     from headway.analysis.llc.auto import choose_settings
 
-    settings = replace(settings, init_loss_batches=None)
+    check_int("min_chains", min_chains, 1)
+    settings = replace(settings, init_loss_batches=None, chains=max(settings.chains, min_chains))
     rows, used = [], {}
     for i, known in enumerate(SUITE):
         size = max(MIN_POOL, 4 * settings.batch_size)

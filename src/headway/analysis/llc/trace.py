@@ -4,6 +4,7 @@ interrupted trace resumes where it stopped. Any task; the sorting and modular st
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -27,11 +28,13 @@ from headway.tasks.objective import readout_loss, run_loss
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
 
 
+@functools.lru_cache(maxsize=8)
 def estimator_bias(settings: SGLDSettings, budget: int | None = None) -> float:
     """The worst relative error of the LLC estimator at `settings` (with a `budget`: of settings chosen from them
     within it) on the known-answer suite (models of known λ; `headway.analysis.llc.known_answers`), measured on the
-    CPU in seconds: the bias a study allows for beside its own estimates (`development(bias=...)`) and shows beside
-    its LLC tables."""
+    CPU in seconds to a minute: the bias a study allows for beside its own estimates (`development(bias=...)`) and
+    shows beside its LLC tables. Kept per settings for the process (the suite's seeds are fixed), so a study judged
+    again does not measure it again."""
     from headway.analysis.llc.known_answers import suite_bias
 
     return suite_bias(settings, device="cpu", budget=budget).max_abs_relative_error
