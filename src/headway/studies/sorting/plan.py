@@ -189,9 +189,10 @@ def study_plan(scale: str) -> SortingPlan:
         # the ends carry it; three values would need about 20 seeds each (120 runs) for the same power
         settings = {**scale_settings("cpu", "sorting"), "steps": 1200, "batch_size": 128, "eval_every": 50,
                     "checkpoint_every": 400, "log_checkpoints": 16}
-        # ε and batch from the calibration sweep (docs/study-sorting.md): λ̂ moves < 6% when ε is halved or
-        # the batch doubled; the sampling time ε·steps of the former ε 3e-6 × 120 steps is kept
-        sgld = SGLDSettings(lr=1.5e-6, nbeta=1e4, localization=1e4, chains=4, draws=120, burnin=120, batch_size=64,
+        # batch from the calibration sweep (docs/study-sorting.md): λ̂ moves < 6% when ε is halved or the batch
+        # doubled; ε a quarter of that sweep's 1.5e-6, the first step whose MALA acceptance passes the validity floor
+        # on the traced runs (0.43-0.45 against 0.21-0.25), over 4x the steps to keep the sampling time ε·steps
+        sgld = SGLDSettings(lr=3.75e-7, nbeta=1e4, localization=1e4, chains=4, draws=480, burnin=480, batch_size=64,
                             init_loss_batches=16, init_batch_size=1024)
         return SortingPlan("cpu", data=(UNIFORM, 1.5), weight_decays=(0.005, 0.0), seeds=tuple(range(18)),
                            settings=settings, sgld=sgld, development_seeds=(0, 1), llc_weights="all")

@@ -112,6 +112,11 @@ class SortingRules(LLCRules):
                                  "above α / 7 for the study's seven claims; 5 and 5 reach 1/252", low=2)
     simpler_permutations: int = rule(9999, "permutations of the mode labels among the usable runs in the simpler-"
                                      "modes test", low=1)
+    simpler_within_data: bool = rule(True, "whether the simpler-modes test compares runs within their own data "
+                                     "as well as their own weight decay: without decay the default lists' λ̂ is "
+                                     "about twice δ̄ = 1.5's and more of their runs overlap, so across data the "
+                                     "data's λ̂ reads as the mode's (set after results/sorting-cpu showed it; "
+                                     "False: within weight decay only, the test before; docs/study-sorting.md)")
 
     # --- 'copy-suppression is one of the two main modes'
     copy_suppression_null: float = rule(0.1, "null share of learned runs in copy-suppression: a minor mode, one model "

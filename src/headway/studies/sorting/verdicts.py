@@ -170,31 +170,38 @@ def copy_suppression_found(final: pd.DataFrame, rules: SortingRules, *, claim: C
                             f"largest suppressed fraction of any head: {largest}.")
 
 
+def _strata(rules: SortingRules) -> list[str]:
+    """The columns whose values the simpler-modes test compares runs within (`rules.simpler_within_data`)."""
+    return ["weight_decay", "data"] if rules.simpler_within_data else ["weight_decay"]
+
+
 def _simpler_test(rules: SortingRules) -> str:
-    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), within each weight decay "
+    within = "weight decay and data" if rules.simpler_within_data else "weight decay"
+    return (f"among the learned runs whose final λ̂ is valid ({rules.llc_reading()}), within each {within} "
             f"with ≥ {SIMPLER_STRATUM} such runs in each group, the share by which the simple modes' (splitting and "
-            "copy-suppression) mean λ̂ falls below the overlapping runs', combined over weight decays (weights "
-            "n_simple·n_overlapping / n); "
+            f"copy-suppression) mean λ̂ falls below the overlapping runs', combined over the {within} compared "
+            "(weights n_simple·n_overlapping / n); "
             f"a one-sided permutation test that it is above zero, {rules.simpler_permutations} shuffles of the mode "
-            "labels within each weight decay (weight decay moves λ̂ several-fold and goes with the mode, so runs are "
-            f"compared only with runs of their own weight decay); each group needs ≥ {rules.simpler_min_runs} runs "
-            f"in the weight decays compared. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
+            f"labels within each {within} (each moves λ̂ several-fold and goes with the mode, so runs are compared "
+            f"only with runs of their own {within}); each group needs ≥ {rules.simpler_min_runs} runs in those "
+            f"compared. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
             "the overlapping runs', the power from a normal approximation with the runs' spread")
 
 
 # What the simpler-modes claim reads of each learned run: its mode, weight decay and final LLC with why it is no
 # estimate or only a lower bound (λ̂ itself only where it is neither).
-FINAL_LLC = reads("val_accuracy", "mode", "weight_decay", "llc", "llc_invalid", "llc_limited")
-SIMPLER_STRATUM = 2  # usable runs each group needs within a weight decay for it to be compared (a spread to read)
+FINAL_LLC = reads("val_accuracy", "mode", "weight_decay", "data", "llc", "llc_invalid", "llc_limited")
+SIMPLER_STRATUM = 2  # usable runs each group needs within a condition for it to be compared (a spread to read)
 
 
 @checked_claim(SIMPLER_CLAIM, _simpler_test, final=FINAL_LLC)
 def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: Claim) -> Finding:
-    """H0: within weight decays, the simple modes' mean final λ̂ is not below the overlapping runs'; invalid
-    estimates are left out, and with `rules.llc_resolved_only` those the resolution check cannot vouch for (a
-    lower bound of the LLC cannot order two models by it; without the rule the comparison is of λ̂ at the plan's
-    stated nβ and γ); a weight decay is compared where each group has `SIMPLER_STRATUM` usable runs, and each
-    group needs `simpler_min_runs` in those (`statistics.stratified_shortfall`)."""
+    """H0: within weight decays (and data, `rules.simpler_within_data`), the simple modes' mean final λ̂ is not
+    below the overlapping runs'; invalid estimates are left out, and with `rules.llc_resolved_only` those the
+    resolution check cannot vouch for (a lower bound of the LLC cannot order two models by it; without the rule the
+    comparison is of λ̂ at the plan's stated nβ and γ); a condition is compared where each group has
+    `SIMPLER_STRATUM` usable runs, and each group needs `simpler_min_runs` in those
+    (`statistics.stratified_shortfall`)."""
     learned = learned_runs(final, rules)
     if learned.empty:
         return claim.not_testable("no run learned", learned_text(final, rules.learned))
@@ -208,11 +215,12 @@ def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: 
                f"{int(((learned.llc_invalid == '') & (learned.llc_limited != '')).sum())}"
                f"{' (left out)' if rules.llc_resolved_only else ' (read at the stated scale)'}")
     strata, described = [], []
-    for wd, group in usable.groupby("weight_decay"):
+    for key, group in usable.groupby(_strata(rules)):
         simple = group[group["mode"].isin(SIMPLE_MODES)].llc.to_numpy(dtype=float)
         overlapping = group[group["mode"] == "overlapping"].llc.to_numpy(dtype=float)
         compared = min(len(simple), len(overlapping)) >= SIMPLER_STRATUM
-        described.append(f"{decay_label(float(wd))}: {len(simple)} simple"
+        label = decay_label(float(key[0])) + (f", {key[1]}" if rules.simpler_within_data else "")
+        described.append(f"{label}: {len(simple)} simple"
                          + (f" (mean λ̂ {simple.mean():.4g})" if len(simple) else "")
                          + f", {len(overlapping)} overlapping"
                          + (f" (mean λ̂ {overlapping.mean():.4g})" if len(overlapping) else "")
@@ -221,8 +229,8 @@ def simpler_modes_lower_llc(final: pd.DataFrame, rules: SortingRules, *, claim: 
             strata.append((overlapping, simple))
     counted += f"; usable: {'; '.join(described) or 'none'}"
     if min(sum(len(s) for _, s in strata), sum(len(o) for o, _ in strata)) < rules.simpler_min_runs:
-        return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group within the weight "
-                                  "decays compared", f"{counted}.")
+        return claim.not_testable(f"fewer than {rules.simpler_min_runs} usable final λ̂ in a group within the "
+                                  "conditions compared", f"{counted}.")
     shortfall, noise, p_value = stratified_shortfall(strata, rules.simpler_permutations,
                                                      np.random.default_rng(SIMPLER_SEED))
     evidence = f"{counted}; the simple modes' mean λ̂ {shortfall:.1%} ± {noise:.1%} below the overlapping runs'."
