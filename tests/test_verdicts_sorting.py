@@ -221,6 +221,10 @@ def test_the_simpler_modes_compare_runs_only_within_their_data():
     assert "no wd, gap 1.5: 8 simple (mean λ̂ 109.5), 3 overlapping (mean λ̂ 109)" in found.evidence
     pooled = alone(sorting.simpler_modes_lower_llc(confounded, RULES.changed(simpler_within_data=False)))
     assert pooled.status == "reproduced" and "within each weight decay " in pooled.evidence
+    unlabelled = confounded.reset_index(drop=True)
+    unlabelled.loc[3, "data"] = np.nan  # a run whose data is unknown cannot be placed in a stratum
+    found = alone(sorting.simpler_modes_lower_llc(unlabelled, RULES))
+    assert found.status == "not testable" and "data in the final table is missing" in found.reason
 
 
 def test_the_simpler_modes_test_keeps_its_level_with_few_runs():

@@ -182,7 +182,7 @@ def _simpler_test(rules: SortingRules) -> str:
             f"copy-suppression) mean λ̂ falls below the overlapping runs', combined over the {within} compared "
             "(weights n_simple·n_overlapping / n); "
             f"a one-sided permutation test that it is above zero, {rules.simpler_permutations} shuffles of the mode "
-            f"labels within each {within} (each moves λ̂ several-fold and goes with the mode, so runs are compared "
+            f"labels within each {within} (each moves λ̂ and goes with the mode, so runs are compared "
             f"only with runs of their own {within}); each group needs ≥ {rules.simpler_min_runs} runs in those "
             f"compared. Stated effect: the simple modes' mean {rules.simpler_effect:.0%} below "
             "the overlapping runs', the power from a normal approximation with the runs' spread")
