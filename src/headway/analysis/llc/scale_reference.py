@@ -52,34 +52,17 @@ def tempered_loss_target(layers: list[Tensor], nbeta: float, localization: float
     product = _product([w.unsqueeze(0) for w in centre])
     w = [c.expand(chains, *c.shape).clone() for c in centre]
 
-    def energy_and_grad(ws: list[Tensor]) -> tuple[Tensor, Tensor, list[Tensor]]:
-        prefix = [None] * len(ws)  # W₁⋯W_{i−1} before layer i
-        suffix = [None] * len(ws)  # W_{i+1}⋯W_L after it
-        for i in range(1, len(ws)):
-            prefix[i] = ws[0] if i == 1 else torch.bmm(prefix[i - 1], ws[i - 1])
-        for i in range(len(ws) - 2, -1, -1):
-            suffix[i] = ws[-1] if i == len(ws) - 2 else torch.bmm(ws[i + 1], suffix[i + 1])
-        residual = (torch.bmm(prefix[-1], ws[-1]) if len(ws) > 1 else ws[0]) - product
-        loss = 0.5 * residual.pow(2).sum(dim=(1, 2))
-        energy = nbeta * loss + sum(0.5 * localization * (x - c).pow(2).sum(dim=(1, 2)) for x, c in zip(ws, centre))
-        grads = []
-        for i, (x, c) in enumerate(zip(ws, centre)):
-            through = residual if suffix[i] is None else torch.bmm(residual, suffix[i].transpose(1, 2))
-            through = through if prefix[i] is None else torch.bmm(prefix[i].transpose(1, 2), through)
-            grads.append(nbeta * through + localization * (x - c))
-        return energy, loss, grads
-
     conditioning = (nbeta * CURVATURE + localization) / localization
     burnin = int(min(MAX_BURNIN, max(MIN_BURNIN, RELAXATIONS * 2 * conditioning)))
     draws = burnin
     step = 1.0 / (nbeta * CURVATURE + localization)
-    energy, loss, grad = energy_and_grad(w)
+    energy, loss, grad = _energy(w, centre, product, nbeta, localization)
     sums = torch.zeros(chains, dtype=torch.float64)
     accepted_draws, accepted_window = 0.0, 0.0
     for t in range(burnin + draws):
         noise = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in w]
         proposal = [x - 0.5 * step * d + math.sqrt(step) * z for x, d, z in zip(w, grad, noise)]
-        p_energy, p_loss, p_grad = energy_and_grad(proposal)
+        p_energy, p_loss, p_grad = _energy(proposal, centre, product, nbeta, localization)
         forward = sum(z.pow(2).sum(dim=(1, 2)) for z in noise) / 2
         backward = sum((x - y + 0.5 * step * d).pow(2).sum(dim=(1, 2))
                        for x, y, d in zip(w, proposal, p_grad)) / (2 * step)
@@ -101,6 +84,27 @@ def tempered_loss_target(layers: list[Tensor], nbeta: float, localization: float
     means = sums / draws
     return ScaleReference(float(means.mean()), float(means.std() / math.sqrt(chains)), accepted_draws / draws,
                           burnin, draws)
+
+
+def _energy(ws: list[Tensor], centre: list[Tensor], product: Tensor, nbeta: float,
+            localization: float) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """Per chain: the energy nβ·L + γ/2·|w − w*|², the loss L − L(w*) = ½|W₁⋯W_L − W*|²_F, and the energy's gradient
+    in each layer (Wᵢ's is (W₁⋯Wᵢ₋₁)ᵀ·nβ·residual·(Wᵢ₊₁⋯W_L)ᵀ + γ·(Wᵢ − Wᵢ*))."""
+    prefix: list[Tensor | None] = [None] * len(ws)  # W₁⋯W_{i−1} before layer i
+    suffix: list[Tensor | None] = [None] * len(ws)  # W_{i+1}⋯W_L after it
+    for i in range(1, len(ws)):
+        prefix[i] = ws[0] if i == 1 else torch.bmm(prefix[i - 1], ws[i - 1])
+    for i in range(len(ws) - 2, -1, -1):
+        suffix[i] = ws[-1] if i == len(ws) - 2 else torch.bmm(ws[i + 1], suffix[i + 1])
+    residual = (torch.bmm(prefix[-1], ws[-1]) if len(ws) > 1 else ws[0]) - product
+    loss = 0.5 * residual.pow(2).sum(dim=(1, 2))
+    energy = nbeta * loss + sum(0.5 * localization * (x - c).pow(2).sum(dim=(1, 2)) for x, c in zip(ws, centre))
+    grads = []
+    for i, (x, c) in enumerate(zip(ws, centre)):
+        through = residual if suffix[i] is None else torch.bmm(residual, suffix[i].transpose(1, 2))
+        through = through if prefix[i] is None else torch.bmm(prefix[i].transpose(1, 2), through)
+        grads.append(nbeta * through + localization * (x - c))
+    return energy, loss, grads
 
 
 def _product(layers: list[Tensor]) -> Tensor:
