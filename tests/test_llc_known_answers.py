@@ -22,6 +22,7 @@ from headway.analysis.llc.known_answers import (
     learning_coefficient,
     suite_bias,
 )
+from headway.analysis.llc.scale_reference import tempered_loss_target
 from headway.analysis.llc.validity import ValidityLimits, basin_fraction, invalid_reasons
 from headway.errors import ConfigError
 
@@ -95,6 +96,41 @@ def test_the_suite_reports_its_bias(at_defaults):
     assert abs(at_defaults.mean_relative_error) < 0.05
     assert at_defaults.summary().startswith(f"known-answer suite ({len(SUITE)} models): λ̂/λ − 1 from ")
     assert at_defaults.settings["nbeta"] == pytest.approx(512 / math.log(512))
+
+
+def test_the_suite_reports_its_bias_against_what_each_estimate_targets_at_its_scale(at_defaults):
+    table = at_defaults.table
+    assert at_defaults.max_abs_scale_error == pytest.approx(table.scale_error.abs().max())
+    assert (table.scale_error == table.estimate / table.scale_truth - 1).all()
+    # the scale's λ is below the LLC (finite nβ and a γ > 0 see less of the basin) and, at the defaults, close to it
+    assert (table.scale_truth < table.truth).all() and (table.scale_truth > 0.75 * table.truth).all()
+    assert "against λ at these nβ and γ from " in at_defaults.summary()
+
+
+@pytest.mark.parametrize("nbeta, gamma", [(1e4, 1e4), (1218.0, 100.0), (82.0, 2.0)])
+def test_the_scale_reference_samples_a_regression_s_gaussian_posterior_exactly(nbeta, gamma):
+    # one layer: the localised tempered posterior is Gaussian with precision nβ + γ in each of the d directions of
+    # unit curvature, so nβ·E[L − L(w*)] = d/2 · nβ/(nβ + γ): half the LLC at the sorting study's nβ = γ
+    known = SUITE[1]
+    model, _, _ = known_pool(known, 4096, seed=0)
+    reference = tempered_loss_target([w.data for w in model.layers], nbeta, gamma, seed=1)
+    exact = known.parameters / 2 * nbeta / (nbeta + gamma)
+    assert abs(reference.value - exact) < 4 * reference.se + 0.005 * exact, f"{reference} against {exact}"
+    assert 0.45 < reference.acceptance < 0.7 and reference.se < 0.01 * exact
+
+
+def test_the_scale_reference_of_a_singular_model_lies_below_its_llc_and_rises_with_nbeta():
+    known = SUITE[5]  # deep linear 4×4×4 rank 1: λ = 7, most of it in directions only γ holds at a small nβ
+    model, _, _ = known_pool(known, 4096, seed=0)
+    layers = [w.data for w in model.layers]
+    values = [tempered_loss_target(layers, nbeta, 1.0, seed=0).value for nbeta in (10.0, 100.0, 1000.0)]
+    assert values[0] < values[1] < values[2] < known.truth
+
+
+def test_the_scale_reference_needs_a_positive_nbeta_and_gamma():
+    model, _, _ = known_pool(SUITE[0], 4096, seed=0)
+    with pytest.raises(ConfigError, match=r"localization = 0.0 are invalid"):
+        tempered_loss_target([w.data for w in model.layers], 100.0, 0.0)
 
 
 def test_devinterp_style_settings_show_their_bias():

@@ -407,11 +407,12 @@ class TracingStudy(Study):
     def summarise(self, data: StudyData) -> Any:
         """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD
         settings (chosen within its `llc_budget` when it has one) when the LLC was traced (NaN when nothing was: no
-        estimate to allow for)."""
+        estimate to allow for), against the target the study's LLC claims read (`LLCRules.llc_bias_target`)."""
         from headway.analysis.llc.trace import estimator_bias
 
         traced = len(data.tables["llc_curve"]) > 0
-        bias = estimator_bias(self.plan.sgld, self.plan.llc_budget) if traced else math.nan
+        at_scale = not data.rules.llc_resolved_only
+        bias = estimator_bias(self.plan.sgld, self.plan.llc_budget, at_scale) if traced else math.nan
         return self.step("tables", "summarise")(data, bias)
 
 

@@ -71,6 +71,14 @@ class LLCRules(Rules):
                               trend_sigmas=self.llc_trend_sigmas, ceiling=self.llc_ceiling,
                               max_shortfall=self.llc_max_shortfall)
 
+    def llc_bias_target(self) -> str:
+        """What the estimator's bias weighed into the LLC claims is measured against, in words: the target of the
+        estimates they read (`llc_resolved_only`)."""
+        if self.llc_resolved_only:
+            return "against their LLC (the claims read resolved estimates only)"
+        return ("against the λ they have at the stated nβ and γ, sampled exactly (the target of an estimate read at "
+                "its stated scale, as the claims read it)")
+
     def llc_reading(self) -> str:
         """Which estimates the LLC claims read, in words for a claim's test (`llc_resolved_only`)."""
         if self.llc_resolved_only:

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from headway.analysis.llc.estimate import estimate_llc
+from headway.analysis.llc.scale_reference import tempered_loss_target
 from headway.analysis.llc.settings import SGLDSettings
 from headway.errors import ConfigError
 from headway.model.flat import FlatParameters
@@ -257,14 +258,21 @@ def singular_tanh_expectation(x: Tensor, nbeta: float, gamma: float, points: int
 class SuiteBias:
     """The estimator on the known-answer suite at one setting: one row per model."""
 
-    table: pd.DataFrame  # model, regular, parameters, truth, estimate, se, relative_error, acceptance,
-    #                      basin_fraction, warnings, invalid
+    table: pd.DataFrame  # model, regular, parameters, truth, estimate, se, relative_error, scale_truth, scale_se,
+    #                      scale_error, acceptance, basin_fraction, warnings, invalid
     settings: dict  # the SGLD settings used (nβ resolved)
 
     @property
     def max_abs_relative_error(self) -> float:
         """The worst |λ̂/λ − 1| over the suite: the bias to allow for beside an estimate at these settings."""
         return float(self.table.relative_error.abs().max())
+
+    @property
+    def max_abs_scale_error(self) -> float:
+        """The worst |λ̂/λ(nβ, γ) − 1| over the suite, against what λ̂ estimates at its own nβ and γ
+        (`scale_reference`): the sampler's own error, without the part of the LLC these settings do not resolve, the
+        bias to allow for beside an estimate read at its stated scale."""
+        return float(self.table.scale_error.abs().max())
 
     @property
     def mean_relative_error(self) -> float:
@@ -280,15 +288,19 @@ class SuiteBias:
         """One line for a report, e.g. "known-answer suite (8 models): λ̂/λ − 1 from −9% to +6% (mean −1%,
         worst 9%; relative SE up to 4%)", with how many estimates were invalid (a refused choice among them)."""
         errors, invalid = self.table.relative_error, int((self.table.invalid != "").sum())
+        scale = self.table.scale_error
         return (f"known-answer suite ({len(errors)} models): λ̂/λ − 1 from {errors.min():+.0%} to {errors.max():+.0%} "
                 f"(mean {errors.mean():+.0%}, worst {self.max_abs_relative_error:.0%}; relative SE up to "
-                f"{self.max_relative_se:.0%})" + (f"; {invalid} of them invalid at these settings" if invalid else ""))
+                f"{self.max_relative_se:.0%}); against λ at these nβ and γ from {scale.min():+.0%} to "
+                f"{scale.max():+.0%} (worst {self.max_abs_scale_error:.0%})"
+                + (f"; {invalid} of them invalid at these settings" if invalid else ""))
 
 
 def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed: int = 0,
                budget: int | None = None, min_chains: int = SUITE_CHAINS) -> SuiteBias:
     """λ̂ of every `SUITE` model at `settings` (L(w*) on the whole pool) against its known λ: the estimator's
-    bias at a study's own SGLD settings. `seed` draws the pools; the sampler's seed is `settings.seed`. Each
+    bias at a study's own SGLD settings, and against λ at the nβ and γ each estimate used (`scale_reference`), its
+    bias as an estimate read at its stated scale. `seed` draws the pools; the sampler's seed is `settings.seed`. Each
     estimate samples at least `min_chains` chains (more than `settings.chains` when it has fewer): the bias of
     the step size, γ, nβ and steps, with the noise of a study's few chains averaged out (`SUITE_CHAINS`). The
     suite's models have unit curvature in their regular directions, so the bias measured here is the one an
@@ -303,13 +315,18 @@ def suite_bias(settings: SGLDSettings, device: torch.device | str = "cpu", seed:
     for i, known in enumerate(SUITE):
         size = max(MIN_POOL, 4 * settings.batch_size)
         model, x, y = known_pool(known, size, seed + i, device)
+        centre = [w.detach().cpu().clone() for w in model.layers]
         chance = 0.5 * y.double().pow(2).sum(dim=-1).mean().item()
         result = estimate_llc(model, gaussian_nll, x, y, settings, chance_loss=chance) if budget is None else \
             choose_settings(model, gaussian_nll, x, y, settings, max_steps=budget, chance_loss=chance).result
         frame = result.to_frame().iloc[0]
         used = result.settings if budget is None else {**settings.stored_dict(), "budget": budget}
+        scale = tempered_loss_target(centre, result.settings["nbeta"],
+                                     result.settings["localization"], seed=seed + i)
         rows.append({"model": known.name, "regular": known.regular, "parameters": known.parameters,
                      "truth": known.truth, "estimate": frame.llc_mean, "se": frame.llc_se,
-                     "relative_error": frame.llc_mean / known.truth - 1, "acceptance": frame.acceptance,
+                     "relative_error": frame.llc_mean / known.truth - 1, "scale_truth": scale.value,
+                     "scale_se": scale.se, "scale_error": frame.llc_mean / scale.value - 1,
+                     "acceptance": frame.acceptance,
                      "basin_fraction": frame.basin_fraction, "warnings": frame.warnings, "invalid": frame.invalid})
     return SuiteBias(pd.DataFrame(rows), used)

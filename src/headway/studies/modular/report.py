@@ -139,7 +139,8 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
     bias = tables.llc_bias
     section.key_values({"estimator's relative bias": "not measured (taken as 0)" if math.isnan(bias) else f"{bias:.1%}",
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
-                       "The LLC estimator's bias on models of known LLC, which the rise and fall are weighed against.")
+                       f"The LLC estimator's bias on models of known LLC, {data.rules.llc_bias_target()}, which the "
+                       "rise and fall are weighed against.")
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
                   "/ peak and fall (peak − final) / peak with their standard errors (chains and bias); development's "
                   "one-sided p of each; invalid: why the run's fall cannot be read.", float_format="{:.3g}")

@@ -208,8 +208,9 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
     section.paragraph(f"Why these settings: {chosen.reason}.")
     bias = tables.llc_bias
     section.key_values({"LLC estimator bias": "not measured: the rise-and-fall test takes it as 0" if math.isnan(bias)
-                        else f"{bias:.1%} of each λ̂ (measured on models of known LLC), added to its standard error "
-                             "in the rise-and-fall test"})
+                        else f"{bias:.1%} of each λ̂ (measured on models of known LLC, "
+                             f"{data.rules.llc_bias_target()}), added to its standard error in the rise-and-fall "
+                             "test"})
     section.table(_rise_fall_table(tables, data.rules), "The rise-and-fall test of each traced run (its p: the larger "
                   "of p_rise and p_fall times the candidate peaks; a run passes at p ≤ "
                   f"{run_level(data.rules):.3g}; power: its chance to pass if the LLC rose and fell "

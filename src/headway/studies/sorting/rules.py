@@ -116,7 +116,8 @@ class SortingRules(LLCRules):
                                      "as well as their own weight decay: without decay the default lists' λ̂ is "
                                      "about twice δ̄ = 1.5's and more of their runs overlap, so across data the "
                                      "data's λ̂ reads as the mode's (set after results/sorting-cpu showed it; "
-                                     "False: within weight decay only, the test before; docs/study-sorting.md)")
+                                     "False: within weight decay only, the test before, which the sensitivity "
+                                     "sweep reports beside it; docs/study-sorting.md)", sweep=(True, False))
 
     # --- 'copy-suppression is one of the two main modes'
     copy_suppression_null: float = rule(0.1, "null share of learned runs in copy-suppression: a minor mode, one model "
