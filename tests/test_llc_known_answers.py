@@ -131,6 +131,8 @@ def test_the_scale_reference_needs_a_positive_nbeta_and_gamma():
     model, _, _ = known_pool(SUITE[0], 4096, seed=0)
     with pytest.raises(ConfigError, match=r"localization = 0.0 are invalid"):
         tempered_loss_target([w.data for w in model.layers], 100.0, 0.0)
+    with pytest.raises(ConfigError, match=r"chains = 1 is invalid; use an integer >= 2"):
+        tempered_loss_target([w.data for w in model.layers], 100.0, 1.0, chains=1)
 
 
 def test_devinterp_style_settings_show_their_bias():

@@ -286,7 +286,8 @@ class SuiteBias:
 
     def summary(self) -> str:
         """One line for a report, e.g. "known-answer suite (8 models): λ̂/λ − 1 from −9% to +6% (mean −1%,
-        worst 9%; relative SE up to 4%)", with how many estimates were invalid (a refused choice among them)."""
+        worst 9%; relative SE up to 4%); against λ at these nβ and γ from −5% to +8% (worst 8%)", with how many
+        estimates were invalid (a refused choice among them)."""
         errors, invalid = self.table.relative_error, int((self.table.invalid != "").sum())
         scale = self.table.scale_error
         return (f"known-answer suite ({len(errors)} models): λ̂/λ − 1 from {errors.min():+.0%} to {errors.max():+.0%} "

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from headway.errors import ConfigError
+from headway.settings import check_int
 
 TARGET_ACCEPTANCE = 0.574  # MALA's optimal acceptance in high dimension (Roberts & Rosenthal 1998)
 ADAPT_EVERY = 50  # burn-in steps between step-size adjustments
@@ -47,6 +48,7 @@ def tempered_loss_target(layers: list[Tensor], nbeta: float, localization: float
     if not (nbeta > 0 and localization > 0):
         raise ConfigError(f"nbeta = {nbeta!r}, localization = {localization!r} are invalid; the reference needs "
                           "both > 0 (with γ = 0 the flat directions of a singular model have no stationary law)")
+    check_int("chains", chains, 2)  # the standard error is the chains' spread
     g = torch.Generator().manual_seed(seed)
     centre = [w.detach().double().reshape(w.shape[-2:]) for w in layers]
     product = _product([w.unsqueeze(0) for w in centre])

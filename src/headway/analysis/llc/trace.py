@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -25,22 +26,30 @@ from headway.runs.schema import TableSchema
 from headway.runs.store import load_model
 from headway.tasks.objective import readout_loss, run_loss
 
+if TYPE_CHECKING:
+    from headway.analysis.llc.known_answers import SuiteBias
+
 SETTINGS = "settings.json"  # what the traced checkpoints were estimated with
 
 
-@functools.lru_cache(maxsize=8)
 def estimator_bias(settings: SGLDSettings, budget: int | None = None, at_scale: bool = True) -> float:
     """The worst relative error of the LLC estimator at `settings` (with a `budget`: of settings chosen from them
     within it) on the known-answer suite (models of known λ; `headway.analysis.llc.known_answers`), measured on the
     CPU in seconds to a minute: the bias a study allows for beside its own estimates (`development(bias=...)`) and
     shows beside its LLC tables. `at_scale`: against what each estimate targets at its own nβ and γ (the suite's
     `max_abs_scale_error`, for claims that read λ̂ at its stated scale), else against the LLC itself (for claims that
-    read resolved estimates only). Kept per settings for the process (the suite's seeds are fixed), so a study judged
-    again does not measure it again."""
+    read resolved estimates only). The suite is kept per settings for the process (its seeds are fixed), so a study
+    judged again, under either reading, does not measure it again."""
+    bias = _suite(settings, budget)
+    return bias.max_abs_scale_error if at_scale else bias.max_abs_relative_error
+
+
+@functools.lru_cache(maxsize=8)
+def _suite(settings: SGLDSettings, budget: int | None) -> SuiteBias:
+    """The known-answer suite at `settings` (and `budget`), on the CPU, once per process."""
     from headway.analysis.llc.known_answers import suite_bias
 
-    bias = suite_bias(settings, device="cpu", budget=budget)
-    return bias.max_abs_scale_error if at_scale else bias.max_abs_relative_error
+    return suite_bias(settings, device="cpu", budget=budget)
 
 
 def uniform_guess_loss(run: RunConfig, targets: torch.Tensor) -> float:
