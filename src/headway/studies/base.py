@@ -345,6 +345,7 @@ class TracedPlan(Protocol):
 
     sgld: SGLDSettings
     llc_checkpoints: int | None
+    llc_first_step: int  # the first training step the trace visits (earlier checkpoints are not traced)
     llc_budget: int | None  # SGLD steps a chain within which settings are chosen per ensemble; None: `sgld` as given
 
     def development_runs(self) -> list[RunConfig]:
@@ -360,11 +361,12 @@ class TracingStudy(Study):
     plan: TracedPlan
 
     def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints and the step
-        budget settings are chosen within (absent for the plan's own settings, as before there was a choice): a trace
-        made otherwise is made again."""
+        """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints, the first step
+        traced (absent when 0, as before it could be set) and the step budget settings are chosen within (absent for
+        the plan's own settings, as before there was a choice): a trace made otherwise is made again."""
         return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.stored_dict(), "development": self.traced(runs),
                 "llc_checkpoints": self.plan.llc_checkpoints,
+                **({"llc_first_step": self.plan.llc_first_step} if self.plan.llc_first_step else {}),
                 **({} if self.plan.llc_budget is None else {"llc_budget": self.plan.llc_budget})}
 
     def traced(self, runs: list[RunConfig]) -> list[str]:
@@ -402,7 +404,8 @@ class TracingStudy(Study):
                          tag=lambda frame: self.tag(frame, runs, traced),
                          stamp={"version": self.version, **self.precision_stamp()},
                          precision=self.compute.precision, deadline=self.deadline, choice=chosen.reason,
-                         refused=chosen.refused, compile_mode=self.compute.sampler_compile_mode(device))
+                         refused=chosen.refused, compile_mode=self.compute.sampler_compile_mode(device),
+                         first_step=self.plan.llc_first_step)
 
     def summarise(self, data: StudyData) -> Any:
         """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD

@@ -17,7 +17,7 @@ from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
 from headway.analysis.llc.resolution import PROBES, RESOLUTION_ROWS, STEPS
 from headway.analysis.llc.validity import ValidityLimits
-from headway.errors import TimeLimitReached
+from headway.errors import ConfigError, TimeLimitReached
 from headway.progress import tracked
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
@@ -73,9 +73,10 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
               count: int | None, device: torch.device | str, progress: bool, schema: TableSchema,
               validity: ValidityLimits, weights: str = "all", tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
               stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None,
-              choice: str = "", refused: str = "", compile_mode: str | None = None) -> pd.DataFrame:
-    """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
-    ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
+              choice: str = "", refused: str = "", compile_mode: str | None = None, first_step: int = 0
+              ) -> pd.DataFrame:
+    """LLC of `instances` (which share a task and data) at every saved checkpoint from step `first_step` on (or
+    `count` log-spaced ones of them), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
     `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns with the resolution's (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so
     `invalid` says when chains left the basin, and `limited` when the settings cannot see the basin), passed
@@ -92,7 +93,10 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     first = runs[instances[0]]
     if any(repr(runs[i].task) != repr(first.task) or runs[i].data_seed != first.data_seed for i in instances):
         raise ValueError("the traced instances must share their task and data")
-    saved = checkpoint_steps(run_dir)
+    saved = [step for step in checkpoint_steps(run_dir) if step >= first_step]
+    if not saved:
+        raise ConfigError(f"llc_first_step = {first_step} is after every saved checkpoint of {run_dir.name} (the last "
+                          f"is step {max(checkpoint_steps(run_dir), default=0)}); choose an earlier step")
     steps = saved if count is None else trace_steps(saved, count)
     model = load_model(run_dir, instances, device=device)
     pool_tokens, pool_targets = training_pool(first, len(instances), device)

@@ -32,6 +32,9 @@ class ModularPlan(Plan):
         "Seeds whose LLC is traced over training (every train fraction and weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_first_step: int = field(default=0, metadata=axis(
+        "First training step the LLC trace visits: earlier checkpoints are not traced (before w* is a minimum λ̂ is "
+        "no LLC; docs/decisions.md)."))
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
@@ -46,6 +49,7 @@ class ModularPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
+        check_int("llc_first_step", self.llc_first_step, 0)
         if self.llc_budget is not None:
             check_int("llc_budget", self.llc_budget, 2)
         self.runs()  # every task and recipe setting is checked before anything trains
