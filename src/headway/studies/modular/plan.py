@@ -49,10 +49,10 @@ class ModularPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
-        check_int("llc_first_step", self.llc_first_step, 0)
         if self.llc_budget is not None:
             check_int("llc_budget", self.llc_budget, 2)
-        self.runs()  # every task and recipe setting is checked before anything trains
+        # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
+        check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch

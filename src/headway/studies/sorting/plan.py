@@ -72,14 +72,14 @@ class SortingPlan(Plan):
             check_int("seed", seed, 0)
         if self.llc_checkpoints is not None:
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
-        check_int("llc_first_step", self.llc_first_step, 0)
         if self.llc_budget is not None:
             check_int("llc_budget", self.llc_budget, 2)
         if "all" not in (group.strip() for group in self.llc_weights.split(",")):
             raise ConfigError(f"llc_weights = {self.llc_weights!r} must include 'all': the stages and the LLC verdict "
                               "read the whole-model LLC")
         check_int("examples", self.examples, 1)
-        self.runs()  # every task and recipe setting is checked before anything trains
+        # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
+        check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (data, weight decay, seed) order, each seed on its own lists with `fresh_data`."""
