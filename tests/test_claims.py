@@ -45,8 +45,12 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
     summary = json.loads((folder / "summary.json").read_text())
     rules = cls.rules_class.from_dict(summary["rules"])
     plan = cls.plan_for(summary["scale"])
-    if "grid" in summary:
-        plan = plan.with_overrides(weight_decays=tuple(summary["grid"]["weight_decays"]))
+    if "grid" in summary:  # the grid's weight decays and, where recorded, what decides which runs were traced
+        grid = summary["grid"]
+        plan = plan.with_overrides(weight_decays=tuple(grid["weight_decays"]))
+        if "development_seeds" in grid:
+            plan = plan.with_overrides(seeds=tuple(grid["seeds"]), development_seeds=tuple(grid["development_seeds"]),
+                                       fresh_data=grid["fresh_data"], llc_first_step=grid["llc_first_step"])
     if "conditions" in summary:  # a search: its conditions, seeds and what it classified on
         plan = plan.with_overrides(**{key: tuple(summary[key]) if isinstance(summary[key], list) else summary[key]
                                       for key in ("conditions", "seeds", "examples", "classify_step", "compare_gaps")

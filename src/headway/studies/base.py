@@ -345,6 +345,7 @@ class TracedPlan(Protocol):
 
     sgld: SGLDSettings
     llc_checkpoints: int | None
+    llc_first_step: int  # the first training step the trace visits (earlier checkpoints are not traced)
     llc_budget: int | None  # SGLD steps a chain within which settings are chosen per ensemble; None: `sgld` as given
 
     def development_runs(self) -> list[RunConfig]:
@@ -360,11 +361,12 @@ class TracingStudy(Study):
     plan: TracedPlan
 
     def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints and the step
-        budget settings are chosen within (absent for the plan's own settings, as before there was a choice): a trace
-        made otherwise is made again."""
+        """The base stamp with the SGLD settings, the traced runs, the number of traced checkpoints, the first step
+        traced (absent when 0, as before it could be set) and the step budget settings are chosen within (absent for
+        the plan's own settings, as before there was a choice): a trace made otherwise is made again."""
         return {**super().analysis_stamp(runs, rules), "sgld": self.plan.sgld.stored_dict(), "development": self.traced(runs),
                 "llc_checkpoints": self.plan.llc_checkpoints,
+                **({"llc_first_step": self.plan.llc_first_step} if self.plan.llc_first_step else {}),
                 **({} if self.plan.llc_budget is None else {"llc_budget": self.plan.llc_budget})}
 
     def traced(self, runs: list[RunConfig]) -> list[str]:
@@ -378,12 +380,12 @@ class TracingStudy(Study):
 
     def llc_settings(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device) -> StudySettings:
         """The SGLD settings of every LLC this study estimates of one ensemble (`study_settings`): the plan's as given,
-        or, with an `llc_budget`, chosen on its traced runs (else the runs of its first training pool) at their last
-        checkpoint, and saved under `folder`."""
+        or, with an `llc_budget`, chosen on the traced runs of the first training pool among them (else the runs of
+        the ensemble's first pool) at their last checkpoint, and saved under `folder`."""
         from headway.analysis.llc.run_calibration import pool_groups
         from headway.analysis.llc.study_settings import study_settings
 
-        members = self.traced_instances(runs) or pool_groups(runs, range(len(runs)))[0]
+        members = pool_groups(runs, self.traced_instances(runs) or range(len(runs)))[0]
         return study_settings(run_dir, folder / LLC_TRACE, runs, members, self.plan.sgld, self.plan.llc_budget,
                               device, self.rules.llc_validity(), self.compute.precision,
                               stamp={"version": self.version, **self.precision_stamp()}, deadline=self.deadline,
@@ -393,27 +395,74 @@ class TracingStudy(Study):
                   chosen: StudySettings, weights: str = "all") -> pd.DataFrame:
         """The `llc_curve` table of one ensemble: the LLC of its traced runs over training at the `chosen` settings
         (`llc_settings`), for each weight group of `weights`, saved checkpoint by checkpoint under `folder` (so a
-        time limit stops it between checkpoints and the next call continues it) and tagged like every other table."""
+        time limit stops it between checkpoints and the next call continues it) and tagged like every other table.
+        Traced runs on different training pools (fresh data) are traced pool by pool (`trace_folders`)."""
+        import pandas as pd
+
         from headway.analysis.llc.trace import llc_trace
 
-        traced = self.traced_instances(runs)
-        return llc_trace(run_dir, folder / LLC_TRACE, runs, traced, chosen.settings, self.plan.llc_checkpoints, device,
-                         self.progress, self.schemas["llc_curve"], self.rules.llc_validity(), weights=weights,
-                         tag=lambda frame: self.tag(frame, runs, traced),
-                         stamp={"version": self.version, **self.precision_stamp()},
-                         precision=self.compute.precision, deadline=self.deadline, choice=chosen.reason,
-                         refused=chosen.refused, compile_mode=self.compute.sampler_compile_mode(device))
+        frames = []
+        for group, saved_in in self.trace_folders(folder, runs).items():
+            members = list(group)
+            frames.append(llc_trace(run_dir, saved_in, runs, members, chosen.settings, self.plan.llc_checkpoints,
+                                    device, self.progress, self.schemas["llc_curve"], self.rules.llc_validity(),
+                                    weights=weights, tag=lambda frame, members=members: self.tag(frame, runs, members),
+                                    stamp={"version": self.version, **self.precision_stamp()},
+                                    precision=self.compute.precision, deadline=self.deadline, choice=chosen.reason,
+                                    refused=chosen.refused, compile_mode=self.compute.sampler_compile_mode(device),
+                                    first_step=self.plan.llc_first_step))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def measure_stability(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device,
+                          chosen: StudySettings, curve: pd.DataFrame) -> pd.DataFrame:
+        """The `llc_stability` table of one ensemble: λ̂ of each traced run at half the step and twice the batch
+        beside the `chosen` setting, at its first valid and its last checkpoint of `curve` (its `llc_curve` table;
+        `headway.analysis.llc.stability.llc_stability`), pool by pool, saved beside each pool's trace."""
+        import pandas as pd
+
+        from headway.analysis.llc.stability import llc_stability, stability_steps
+
+        validity = self.rules.llc_validity()
+        points = stability_steps(curve, validity) if len(curve) else {}
+        frames = []
+        for group, saved_in in self.trace_folders(folder, runs).items():
+            wanted = {i: points[runs[index].run_id] for i, index in enumerate(group) if runs[index].run_id in points}
+            members = list(group)
+            frames.append(llc_stability(run_dir, saved_in, runs, members, wanted, chosen.settings, device, validity,
+                                        self.schemas["llc_stability"],
+                                        tag=lambda frame, members=members: self.tag(frame, runs, members),
+                                        stamp={"version": self.version, **self.precision_stamp()},
+                                        precision=self.compute.precision, deadline=self.deadline,
+                                        progress=self.progress,
+                                        compile_mode=self.compute.sampler_compile_mode(device)))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def trace_folders(self, folder: Path, runs: list[RunConfig]) -> dict[tuple[int, ...], Path]:
+        """The traced instances of one ensemble by training pool (`pool_groups`) → the folder under `folder` their
+        trace is saved in: `LLC_TRACE` itself for a single pool (as before pools could differ), else a subfolder
+        per pool named by its first instance."""
+        from headway.analysis.llc.run_calibration import pool_groups
+
+        groups = pool_groups(runs, self.traced_instances(runs))
+        if len(groups) == 1:
+            return {tuple(groups[0]): folder / LLC_TRACE}
+        return {tuple(group): folder / LLC_TRACE / f"pool-from-{group[0]}" for group in groups}
 
     def summarise(self, data: StudyData) -> Any:
-        """The package's `tables.summarise(data, llc_bias)`, with the estimator's bias at the plan's SGLD
-        settings (chosen within its `llc_budget` when it has one) when the LLC was traced (NaN when nothing was: no
-        estimate to allow for), against the target the study's LLC claims read (`LLCRules.llc_bias_target`)."""
+        """The package's `tables.summarise(data, llc_bias)`, with the known-answer suite's bias at the plan's SGLD
+        settings (chosen within its `llc_budget` when it has one) when the LLC was traced and the claims weigh it (NaN
+        otherwise: `weighs_suite`), against the target the study's LLC claims read (`LLCRules.llc_bias_target`)."""
         from headway.analysis.llc.trace import estimator_bias
 
-        traced = len(data.tables["llc_curve"]) > 0
+        traced = len(data.tables["llc_curve"]) > 0 and self.weighs_suite(data.rules)
         at_scale = not data.rules.llc_resolved_only
         bias = estimator_bias(self.plan.sgld, self.plan.llc_budget, at_scale) if traced else math.nan
         return self.step("tables", "summarise")(data, bias)
+
+    def weighs_suite(self, rules: Any) -> bool:
+        """Whether the LLC claims under `rules` weigh the known-answer suite's bias (measured in `summarise`); a
+        study that weighs something else (the sorting study's model stability) measures no suite."""
+        return True
 
 
 def joined(parts: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:

@@ -20,3 +20,8 @@ LLC = TableSchema.of(_ESTIMATE, optional=_LATER)  # a study adds its tags (`Tabl
 # A trace's rows: the step and weight group, the estimate and each chain's loss trace (then a study's tags).
 LLC_TRACE = TableSchema.of({"step": "int", "weights": "str", **_ESTIMATE, "loss_trace": "list<list<float>>"},
                            optional=_LATER)
+# The model's own stability at two checkpoints of each traced run (`headway.analysis.llc.stability.llc_stability`).
+LLC_STABILITY = TableSchema.of({"step": "int", "checkpoint": "str", "variant": "str", "lr": "float",
+                                "batch_size": "int", "burnin": "int", "draws": "int", "instance": "int",
+                                "llc_mean": "float", "llc_se": "float", "acceptance": "float", "invalid": "str",
+                                "change": "float"})

@@ -32,7 +32,7 @@ from headway.analysis.llc.estimate import LLCResult, anchor_loss, estimate_llc
 from headway.analysis.llc.module_ensemble import ModuleLossFn
 from headway.analysis.llc.resolution import Spectrum, hessian_spectrum
 from headway.analysis.llc.settings import LossFn, SGLDSettings, default_nbeta
-from headway.analysis.llc.validity import ValidityLimits
+from headway.analysis.llc.validity import ValidityLimits, refusal
 from headway.errors import ConfigError
 
 STEP_SCALE = 0.2  # ε·nβ·h_max: the stiffest direction's step (the defaults take 0.08 for unit curvature; the tanh
@@ -123,7 +123,7 @@ def choose_settings(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Te
         return frame
 
     def refused(reason: str) -> AutoChoice:
-        return AutoChoice(None, reason, replace(results[-1], refused=f"no SGLD setting qualified: {reason}"),
+        return AutoChoice(None, reason, replace(results[-1], refused=refusal(reason)),
                           pd.concat(tried, ignore_index=True))
 
     for _ in range(TRIES):

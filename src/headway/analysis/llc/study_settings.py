@@ -15,7 +15,7 @@ import torch
 
 from headway.analysis.llc.resolution import RESOLUTION_ROWS
 from headway.analysis.llc.settings import SGLDSettings
-from headway.analysis.llc.validity import ValidityLimits
+from headway.analysis.llc.validity import REFUSED, ValidityLimits, refusal
 from headway.errors import TimeLimitReached
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
@@ -70,7 +70,7 @@ def study_settings(run_dir: Path, folder: Path, runs: list[RunConfig], instances
     choice = choose_settings(model, run_loss(first.task, first.train.loss), tokens, targets, base=base,
                              validity=validity, max_steps=budget, chance_loss=uniform_guess_loss(first, targets),
                              precision=precision, rows=RESOLUTION_ROWS, progress=progress, compile_mode=compile_mode)
-    refused = "" if choice.settings is not None else f"no SGLD setting qualified: {choice.reason}"
+    refused = "" if choice.settings is not None else refusal(choice.reason)
     chosen = StudySettings(choice.settings or base, choice.reason, refused)
     folder.mkdir(parents=True, exist_ok=True)
     layout.write_json(path, {"made_from": made_from, **chosen.to_dict(), "tries": choice.to_dict()["tries"]})
@@ -87,7 +87,7 @@ def recorded_settings(table: pd.DataFrame, planned: SGLDSettings) -> StudySettin
     used = SGLDSettings.from_dict(json.loads(distinct[0]))
     choice = str(table.choice.dropna().iloc[0]) if "choice" in table and table.choice.notna().any() else ""
     more = f" (the first of {len(distinct)} settings, one chosen per ensemble)" if len(distinct) > 1 else ""
-    refused = table.invalid.str.startswith("no SGLD setting qualified").all() if "invalid" in table else False
+    refused = table.invalid.str.startswith(REFUSED).all() if "invalid" in table else False
     return StudySettings(used, choice + more, choice if refused else "")
 
 

@@ -5,7 +5,7 @@ interrupted trace resumes where it stopped. Any task; the sorting and modular st
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +17,7 @@ from headway.analysis.development import trace_steps
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc, weight_masks
 from headway.analysis.llc.resolution import PROBES, RESOLUTION_ROWS, STEPS
 from headway.analysis.llc.validity import ValidityLimits
-from headway.errors import TimeLimitReached
+from headway.errors import ConfigError, TimeLimitReached
 from headway.progress import tracked
 from headway.runs import layout
 from headway.runs.checkpoints import checkpoint_steps, load_checkpoint
@@ -69,14 +69,38 @@ def training_pool(run: RunConfig, n_instances: int, device: torch.device | str) 
     return tokens.expand(n_instances, *tokens.shape), targets.expand(n_instances, *targets.shape)
 
 
+def resumable_checkpoints(folder: Path, settings_file: str, prefix: str, settings: dict, steps: list[int],
+                          schema: TableSchema, desc: str, of: str, deadline: float | None = None,
+                          progress: bool = False) -> Iterator[tuple[int, Path, pd.DataFrame | None]]:
+    """Each of `steps` with the file under `folder` its estimates are saved in (`<prefix>_<step>.parquet`) and, when
+    that file holds them already, the saved frame (else None: the caller estimates it and writes it there). Saved
+    files are first deleted when `settings_file` says they were made from other `settings` than these, which it then
+    records. Once `deadline` (a `time.time()` value) has passed, no further checkpoint is handed out to estimate:
+    TimeLimitReached, naming `desc`, what it is `of` (an ensemble) and how many were done. `progress` shows a bar
+    (`desc`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / settings_file).is_file() and layout.read_json(folder / settings_file) != settings:
+        for stale in folder.glob(f"{prefix}_*.parquet"):
+            stale.unlink()
+    layout.write_json(folder / settings_file, settings)
+    for done, step in enumerate(tracked(steps, desc, "checkpoint", enabled=progress)):
+        path = folder / f"{prefix}_{step:07d}.parquet"
+        if path.is_file():
+            yield step, path, layout.read_table(path, schema)
+            continue
+        TimeLimitReached.check(deadline, f"in the {desc} of {of} ({done} of {len(steps)} checkpoints done)")
+        yield step, path, None
+
+
 def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int], sgld: SGLDSettings,
               count: int | None, device: torch.device | str, progress: bool, schema: TableSchema,
               validity: ValidityLimits, weights: str = "all", tag: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
               stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None,
-              choice: str = "", refused: str = "", compile_mode: str | None = None) -> pd.DataFrame:
-    """LLC of `instances` (which share a task and data) at every saved checkpoint (or `count` log-spaced
-    ones), for each weight group of `weights` ("all,heads": the whole model and each head alone; see
-    `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
+              choice: str = "", refused: str = "", compile_mode: str | None = None, first_step: int = 0
+              ) -> pd.DataFrame:
+    """LLC of `instances` (which share a task and data) at every saved checkpoint from step `first_step` on (or
+    `count` log-spaced ones of them), for each weight group of `weights` ("all,heads": the whole model and each head
+    alone; see `weight_masks`), with each chain's loss trace. Rows: step, weights, then `LLCResult.to_frame()`'s
     columns with the resolution's (instance indexing `instances`; the chance loss is `uniform_guess_loss`, so
     `invalid` says when chains left the basin, and `limited` when the settings cannot see the basin), passed
     through `tag`, whose columns `schema` declares (`llc_schema.LLC_TRACE` and the tags).
@@ -92,7 +116,10 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
     first = runs[instances[0]]
     if any(repr(runs[i].task) != repr(first.task) or runs[i].data_seed != first.data_seed for i in instances):
         raise ValueError("the traced instances must share their task and data")
-    saved = checkpoint_steps(run_dir)
+    saved = [step for step in checkpoint_steps(run_dir) if step >= first_step]
+    if not saved:
+        raise ConfigError(f"llc_first_step = {first_step} is after every saved checkpoint of {run_dir.name} (the last "
+                          f"is step {max(checkpoint_steps(run_dir), default=0)}); choose an earlier step")
     steps = saved if count is None else trace_steps(saved, count)
     model = load_model(run_dir, instances, device=device)
     pool_tokens, pool_targets = training_pool(first, len(instances), device)
@@ -105,18 +132,12 @@ def llc_trace(run_dir: Path, folder: Path, runs: list[RunConfig], instances: lis
                 "validity": validity.to_dict(),
                 "resolution": {"rows": RESOLUTION_ROWS, "probes": PROBES, "steps": STEPS},
                 **({"refused": refused} if refused else {}), **(stamp or {})}
-    if (folder / SETTINGS).is_file() and layout.read_json(folder / SETTINGS) != settings:
-        for stale in folder.glob("step_*.parquet"):  # traced with other settings: start again
-            stale.unlink()
-    layout.write_json(folder / SETTINGS, settings)
     frames = []
-    for step in tracked(steps, "LLC over training", "checkpoint", enabled=progress):
-        path = folder / f"step_{step:07d}.parquet"
-        if path.is_file():
-            frames.append(layout.read_table(path, schema))
+    for step, path, cached in resumable_checkpoints(folder, SETTINGS, "step", settings, steps, schema, "LLC trace",
+                                                    run_dir.name, deadline, progress):
+        if cached is not None:
+            frames.append(cached)
             continue
-        TimeLimitReached.check(deadline, f"in the LLC trace of {run_dir.name} ({len(frames)} of {len(steps)} "
-                                         "checkpoints done)")
         model.load_instances(load_checkpoint(run_dir, step, runs, model), instances)
         parts = []
         anchor = anchor_loss(model, loss, pool_tokens, pool_targets, sgld, precision)  # one w* for every weight group

@@ -92,14 +92,26 @@ def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np
         return np.where(gap > 0, (draw - init) / gap, np.nan)
 
 
+REFUSED = "no SGLD setting qualified"  # how an estimate at settings whose choice was refused is marked invalid
+
+
+def refusal(reason: str) -> str:
+    """The invalid reason of every estimate at settings chosen per model when none qualified, for `reason`."""
+    return f"{REFUSED}: {reason}"
+
+
 def invalid_reasons(rows: pd.DataFrame, limits: ValidityLimits) -> pd.Series:
     """Per row, why its λ̂ is invalid ("" when it is valid), the first that applies of: λ̂ ≤ 0 or undefined
     (undefined because every chain broke: that diagnostic's reason), no standard error, a diagnostic of
     `INVALID_WARNINGS`, λ̂ above `limits.ceiling` × d/2 of its `moving_weights`, chains out of the basin
     (`limits.basin_fraction`), MALA acceptance below `limits.min_acceptance`. Rows need llc_mean; a row without
     llc_se has no standard error, and the checks whose columns (warnings, moving_weights, basin_fraction,
-    acceptance) are absent are skipped, as for rows written before they existed."""
+    acceptance) are absent are skipped, as for rows written before they existed. A row whose stored `invalid`
+    says its settings' choice was refused (`refusal`) keeps that reason: no limit makes such an estimate valid."""
     def reason(row) -> str:
+        stored = getattr(row, "invalid", "")
+        if isinstance(stored, str) and stored.startswith(REFUSED):
+            return stored
         text = row.warnings if isinstance(getattr(row, "warnings", None), str) else ""
         fired = next((why for key, why in INVALID_WARNINGS.items() if key in text), "")
         if not np.isfinite(row.llc_mean):

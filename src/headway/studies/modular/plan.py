@@ -32,6 +32,9 @@ class ModularPlan(Plan):
         "Seeds whose LLC is traced over training (every train fraction and weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_first_step: int = field(default=0, metadata=axis(
+        "First training step the LLC trace visits: earlier checkpoints are not traced (before w* is a minimum λ̂ is "
+        "no LLC; docs/decisions.md)."))
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
@@ -48,7 +51,8 @@ class ModularPlan(Plan):
             check_int("llc_checkpoints", self.llc_checkpoints, 2)
         if self.llc_budget is not None:
             check_int("llc_budget", self.llc_budget, 2)
-        self.runs()  # every task and recipe setting is checked before anything trains
+        # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
+        check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch

@@ -49,6 +49,9 @@ class SortingPlan(Plan):
         "Seeds whose LLC is traced over training (first data value, every weight decay).", "development_seed"))
     llc_checkpoints: int | None = field(default=None, metadata=axis(
         "Checkpoints of the LLC trace, log-spaced ('none': every saved one).", words={"none": None}))
+    llc_first_step: int = field(default=0, metadata=axis(
+        "First training step the LLC trace visits: earlier checkpoints are not traced (before w* is a minimum λ̂ is "
+        "no LLC; docs/decisions.md)."))
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
@@ -75,7 +78,8 @@ class SortingPlan(Plan):
             raise ConfigError(f"llc_weights = {self.llc_weights!r} must include 'all': the stages and the LLC verdict "
                               "read the whole-model LLC")
         check_int("examples", self.examples, 1)
-        self.runs()  # every task and recipe setting is checked before anything trains
+        # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
+        check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (data, weight decay, seed) order, each seed on its own lists with `fresh_data`."""
@@ -158,12 +162,13 @@ def _weight_groups(plan: SortingPlan, run: RunConfig) -> int:
 
 
 def _trace_checkpoints(plan: SortingPlan) -> int:
-    """Checkpoints the LLC trace visits: every saved one, or `llc_checkpoints` of them."""
+    """Checkpoints the LLC trace visits: every saved one from `llc_first_step` on, or `llc_checkpoints` of them."""
     from headway.runs.config import RunConfig
     from headway.train.trainer import checkpoint_schedule
 
     train = RunConfig.from_flat(plan.settings).train
-    saved = len(checkpoint_schedule(train.steps, train.checkpoint_every, train.log_checkpoints))
+    saved = sum(step >= plan.llc_first_step
+                for step in checkpoint_schedule(train.steps, train.checkpoint_every, train.log_checkpoints))
     return saved if plan.llc_checkpoints is None else min(saved, plan.llc_checkpoints)
 
 

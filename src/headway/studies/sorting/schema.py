@@ -4,7 +4,7 @@ ensemble and what a cached table must hold to be read back (`headway.runs.schema
 from __future__ import annotations
 
 from headway.runs.schema import TableSchema
-from headway.studies.llc_schema import LLC, LLC_TRACE
+from headway.studies.llc_schema import LLC, LLC_STABILITY, LLC_TRACE
 
 _TAGS = {"run_id": "str", "data": "str"}  # every row: its run, and the data it was trained on (`data_label`)
 # An instance's mode and what it rests on (`headway.analysis.sorting.modes.classify_modes`), in every study
@@ -26,4 +26,5 @@ SCHEMAS = {
     "llc_final": LLC.plus(_TAGS),
     "mode_sweep": TableSchema.of({"instance": "int", "threshold": "str", "value": "float", "mode": "str", **_TAGS}),
     "llc_curve": LLC_TRACE.plus(_TAGS),
+    "llc_stability": LLC_STABILITY.plus(_TAGS),
 }

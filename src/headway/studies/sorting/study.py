@@ -27,7 +27,10 @@ class SortingStudy(TracingStudy):
     plan_class = SortingPlan
     scales = STUDY_SCALES
     schemas = SCHEMAS
-    version = 5
+    version = 6
+    # a version-5 analysis is current without the LLC's stability on the traced runs (their weights may not be
+    # kept); the rise-and-fall claim then says it was not measured rather than weigh nothing
+    added_tables = {6: ("llc_stability",)}
     rules_class = SortingRules
     plan: SortingPlan
     rules: SortingRules
@@ -35,6 +38,9 @@ class SortingStudy(TracingStudy):
     def analysis_stamp(self, runs: list[RunConfig], rules: dict[str, Any] | None = None) -> dict[str, Any]:
         return {**super().analysis_stamp(runs, rules), "llc_weights": self.plan.llc_weights,
                 "examples": self.plan.examples}
+
+    def weighs_suite(self, rules: SortingRules) -> bool:
+        return rules.llc_bias_source == "suite"
 
     def tag_columns(self, run: RunConfig) -> dict[str, Any]:
         return {"data": data_label(run)}
@@ -52,6 +58,7 @@ class SortingStudy(TracingStudy):
         # and the next call continues it at once; the final analyses below start only before the deadline
         chosen = self.llc_settings(run_dir, folder, runs, device)  # one setting for the trace and the final LLCs
         parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen, weights=plan.llc_weights)]
+        parts["llc_stability"] = [self.measure_stability(run_dir, folder, runs, device, chosen, parts["llc_curve"][0])]
         TimeLimitReached.check(self.deadline, f"before the final analyses of {run_dir.name}")
         circuits: dict[str, list[torch.Tensor]] = {"ov": [], "qk": [], "scores": []}
         order: list[int] = []

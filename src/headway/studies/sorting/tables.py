@@ -16,6 +16,7 @@ import pandas as pd
 
 from headway.analysis.llc.study_settings import sgld_record
 from headway.analysis.development import Development, development
+from headway.analysis.llc.stability import ModelStability, model_stability
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, limited_reasons
 from headway.analysis.statistics import permutation_independence, sidak, wilson_interval
 from headway.runs.store import final_metrics, plain_value
@@ -41,16 +42,23 @@ class SortingTables:
     ablation: pd.DataFrame
     dla: pd.DataFrame
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run × swept threshold value: the mode
-    llc_bias: float = math.nan  # the LLC estimator's relative bias on models of known LLC (NaN: not measured)
+    llc_bias: float = math.nan  # the LLC estimator's relative bias the rise-and-fall test weighs (NaN: not measured)
+    stability: ModelStability | None = None  # the traced models' own stability (`llc_bias_source` "model"), else None
 
 
 def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     """The study's tables from the gathered metrics and analysis tables, by the rules in `data.rules`;
-    `llc_bias` is the LLC estimator's relative bias (NaN: not measured, then taken as 0 by the LLC test)."""
+    `llc_bias` is the known-answer suite's relative bias, weighed by the LLC test when the rules' `llc_bias_source`
+    is "suite" (NaN: not measured, then taken as 0); with "model" the test weighs the traced models' own stability
+    (`model_stability` of the llc_stability table; NaN when a testable run lacks it, and the claim is not testable)."""
     rules = data.rules
     final = final_table(data.metrics, data.tables, rules.llc_validity())
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
+    stability = None
+    if rules.llc_bias_source == "model":
+        stability = model_stability(data.tables.get("llc_stability", pd.DataFrame()), curve, rules.llc_validity())
+        llc_bias = stability.bias
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
                            llc_bias, rules.llc_resolved_only)
               for run_id in curve.run_id.unique()] if len(curve) else []
@@ -58,7 +66,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
                          gap_test=gap_test_with_power(final, rules),
                          development=traced, weight_decays=tuple(data.plan.weight_decays),
                          ablation=data.tables["ablation"], dla=data.tables["dla"],
-                         sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias)
+                         sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias,
+                         stability=stability)
 
 
 def final_table(metrics: pd.DataFrame, tables: dict[str, pd.DataFrame], limits: ValidityLimits) -> pd.DataFrame:
@@ -192,7 +201,8 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
     return {
         "study": "sorting", "scale": plan.scale, "runs": len(final),
         "grid": {"data": [data_label_of(d) for d in plan.data], "weight_decays": list(plan.weight_decays),
-                 "seeds": list(plan.seeds)},
+                 "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
+                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step},
         "realised_mean_gap": final.groupby("data").mean_gap.first().to_dict(),
         "accuracy": {"min_per_token": float(final.val_accuracy.min()),
                      "median_list": float(final.val_list_accuracy.median()),
@@ -203,6 +213,8 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         else {k: v for k, v in tables.gap_test.items() if k != "simulated_p"},  # the verdict gives its power
         "development": development,
         "llc_bias": None if math.isnan(tables.llc_bias) else tables.llc_bias,
+        "llc_bias_source": rules.llc_bias_source,
+        "llc_stability": None if tables.stability is None else tables.stability.summary(),
         **sgld_record(data.tables["llc_curve"], plan.sgld),
         "rules": rules.to_dict(),
         "verdicts": [v.to_dict() for v in verdicts],

@@ -294,12 +294,21 @@ def _largest_change(fractions: pd.DataFrame) -> str:
 def _llc_test(rules: SortingRules) -> str:
     return ("per traced run, one-sided z-tests that the whole-model LLC rises from its first valid checkpoint to "
             "its highest and falls from there to its last (over each difference's standard errors and the "
-            "estimator's bias), p = the larger of the two times the number of interior valid checkpoints the peak "
-            f"was chosen from, and a run rises and falls when p ≤ {run_level(rules):.3g} (z = "
+            f"estimator's bias: {bias_source_text(rules)}), p = the larger of the two times the number of interior "
+            f"valid checkpoints the peak was chosen from, and a run rises and falls when p ≤ {run_level(rules):.3g} "
+            "(z = "
             f"{rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
             "the same rate. H0: no run's LLC rises and falls beyond noise and the estimator's bias (the study has no "
             f"control run). Stated effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by "
             f"{rules.llc_fall:.0%} of its peak; valid checkpoints: {rules.llc_reading()}")
+
+
+def bias_source_text(rules: SortingRules) -> str:
+    """What the rise-and-fall test weighs as the estimator's bias (`llc_bias_source`), in words."""
+    if rules.llc_bias_source == "model":
+        return ("the traced models' own stability, twice the largest difference between a run's first valid and "
+                "last checkpoint in λ̂'s relative change under a halved step or a doubled batch")
+    return f"the known-answer suite's error at the plan's settings, {rules.llc_bias_target()}"
 
 
 # What the LLC claim reads of each traced run beyond its Development's numbers: its metrics' grid coordinates
@@ -326,10 +335,15 @@ def llc_rises_then_falls(development: list[Development], rules: SortingRules, *,
             for name in ("start", "peak", "final"):
                 present(f"the {name} λ̂ of traced run {traced.run_id}", getattr(traced, name))
     courses = _courses(development, tested)
-    shown = _bias_text(development)
+    shown = _bias_text(development, rules)
     usable = [t for t in tested.values() if not t.unusable]
     if not usable:
         return claim.not_testable("no traced run has a valid LLC curve to test", f"{courses}. LLC {shown}.")
+    if rules.llc_bias_source == "model" and any(math.isnan(traced.bias) for traced in development):
+        return claim.not_testable("the traced models' own LLC stability, the bias this test weighs "
+                                  "(llc_bias_source = model), was not measured on every testable run (an analysis "
+                                  "made before the study measured it); analyse the runs again to measure it",
+                                  f"{courses}. LLC {shown}.")
     count = sum(t.counted for t in usable)
     probabilities = [rules.llc_effect_share * t.power for t in usable]
     evidence = (f"{share_text(count, len(usable))} usable traced runs rise and fall (Wilson 95% interval; "
@@ -338,12 +352,17 @@ def llc_rises_then_falls(development: list[Development], rules: SortingRules, *,
                          lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
 
 
-def _bias_text(development: list[Development]) -> str:
+def _bias_text(development: list[Development], rules: SortingRules) -> str:
     """The estimator's bias as the traced runs' tests weighed it, read off the runs themselves (`bias` of each
-    Development: NaN when it was not measured, then weighed as 0)."""
+    Development: NaN when it was not measured, then weighed as 0 for the suite's), named by its source
+    (`llc_bias_source`)."""
+    source = ("the models' own stability" if rules.llc_bias_source == "model"
+              else "the known-answer suite's error")
+
     def said(bias: float) -> str:
-        return ("estimator bias not measured (taken as 0)" if math.isnan(bias)
-                else f"estimator bias {bias:.0%} of each λ̂, added to its uncertainty")
+        if math.isnan(bias):
+            return f"estimator bias ({source}) not measured" + (" (taken as 0)" * (rules.llc_bias_source == "suite"))
+        return f"estimator bias ({source}) {bias:.0%} of each λ̂, added to its uncertainty"
 
     runs: dict[str, list[str]] = {}
     for traced in development:
