@@ -3,17 +3,21 @@ turning-point test weighs from it, and that nothing missing is weighed as a bias
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 import pytest
+from test_study_sorting import small_plan
 
 from headway.analysis.development import development
+from headway.analysis.llc import SGLDSettings
 from headway.analysis.llc.stability import FIRST, LAST, model_stability, stability_steps, variant_settings
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, refusal
 from headway.errors import ConfigError
 from headway.studies.sorting.plan import study_plan
 from headway.studies.sorting.rules import SortingRules
+from headway.studies.sorting.study import SortingStudy
 from headway.studies.sorting.verdicts import llc_rises_then_falls
 from headway.studies.verdict import judge
 
@@ -105,3 +109,44 @@ def test_the_bias_source_and_first_traced_step_are_checked():
     with pytest.raises(ConfigError, match="llc_first_step = 5000 is invalid; use an integer in 0..1200"):
         study_plan("cpu").with_overrides(llc_first_step=5000)
     assert study_plan("cpu").with_overrides(llc_first_step=100).llc_first_step == 100
+
+
+@pytest.mark.slow
+def test_fresh_data_runs_are_traced_pool_by_pool_and_their_stability_measured(tmp_path):
+    """Traced runs on fresh data have their own training pools: each pool is traced on its own (they once made the
+    analysis stop with "the traced instances must share their task and data"), from `llc_first_step` on, and each
+    run's LLC is estimated again at ε/2 (twice the steps) and at twice the batch at its first valid and its last
+    checkpoint; the rise-and-fall test weighs twice the largest difference between those two checkpoints' changes."""
+    out = tmp_path / "fresh"
+    sgld = SGLDSettings(lr=1e-5, nbeta=1e3, localization=1e3, chains=2, draws=20, burnin=20, batch_size=32,
+                        init_loss_batches=4)  # valid from step 50 on these models (λ̂ ≤ 0 before)
+    plan = small_plan(data=("uniform",), weight_decays=(0.0,), development_seeds=(0, 1), fresh_data=True,
+                      llc_first_step=3, sgld=sgld)
+    SortingStudy(plan, out, device="cpu", progress=False).run()
+    summary = json.loads((out / "summary.json").read_text())
+    curve = pd.read_csv(out / "llc_curve.csv")
+    assert curve.run_id.nunique() == 2 and sorted(curve.step.unique()) == [3, 20, 50, 150]
+    assert len(list((out / "analysis").glob("*/llc_trace/pool-from-*/step_*.parquet"))) == 2 * 4
+    stability = pd.concat(pd.read_parquet(path) for path in (out / "analysis").glob("*/llc_stability.parquet"))
+    testable = stability_steps(pd.read_parquet(next((out / "analysis").glob("*/llc_curve.parquet"))), LIMITS)
+    assert len(testable) == 2 and set(stability.run_id) == set(testable)
+    assert len(pd.read_csv(out / "llc_stability.csv")) == len(stability) == 2 * 2 * 3  # runs × checkpoints × settings
+    for run_id, points in testable.items():
+        mine = stability[stability.run_id == run_id]
+        assert dict(mine.groupby("checkpoint").step.first()) == points and len(mine) == 6
+    plan_rows = stability[stability.variant == "plan"]
+    half, double = (stability[stability.variant == v].iloc[0] for v in ("half_step", "double_batch"))
+    assert (plan_rows.change == 0).all() and half.lr == plan.sgld.lr / 2 and half.burnin == 2 * plan.sgld.burnin
+    assert half.draws == 2 * plan.sgld.draws and double.batch_size == 2 * plan.sgld.batch_size
+    changes = stability[stability.variant != "plan"].pivot_table(index=["run_id", "variant"], columns="checkpoint",
+                                                                  values="change")
+    expected = 2 * (changes.first_valid - changes["last"]).abs().max()
+    assert summary["llc_bias"] == pytest.approx(expected) and summary["llc_stability"]["bias"] == summary["llc_bias"]
+    assert f"{expected:.0%} of each λ̂, added to its uncertainty" in next(
+        v["evidence"] for v in summary["verdicts"] if v["id"] == "llc-rise-fall")
+    # judged again under the suite's bias, the same tables weigh the known-answer suite instead
+    suite = SortingStudy(plan, out, device="cpu", progress=False, rules=SortingRules(llc_bias_source="suite"))
+    suite.run()
+    again = json.loads((out / "summary.json").read_text())
+    assert again["llc_stability"] is None and again["llc_bias"] != summary["llc_bias"]
+    assert again["seconds"]["analysis_s"] < 5  # nothing sampled again but the suite
