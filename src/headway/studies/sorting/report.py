@@ -245,8 +245,8 @@ def _bias_said(tables: SortingTables, rules: SortingRules) -> str:
     if stability is not None:
         if math.isnan(bias):
             missing = ", ".join(stability.missing) or "every traced run"
-            return (f"the models' own stability was not measured for {missing}, so the rise-and-fall test is not "
-                    "tested (it weighs nothing in its place)")
+            return (f"the models' own stability was not measured for {missing}, so the rise-and-fall claim is not "
+                    "testable (nothing is weighed in its place)")
         return (f"{bias:.1%} of each λ̂ ({bias_source_text(rules)}; the largest change itself: "
                 f"{stability.largest_change:.1%}), added to its standard error in the rise-and-fall test")
     if math.isnan(bias):

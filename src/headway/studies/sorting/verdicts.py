@@ -296,8 +296,7 @@ def _llc_test(rules: SortingRules) -> str:
             "its highest and falls from there to its last (over each difference's standard errors and the "
             f"estimator's bias: {bias_source_text(rules)}), p = the larger of the two times the number of interior "
             f"valid checkpoints the peak was chosen from, and a run rises and falls when p ≤ {run_level(rules):.3g} "
-            "(z = "
-            f"{rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
+            f"(z = {rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
             "the same rate. H0: no run's LLC rises and falls beyond noise and the estimator's bias (the study has no "
             f"control run). Stated effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by "
             f"{rules.llc_fall:.0%} of its peak; valid checkpoints: {rules.llc_reading()}")
@@ -361,7 +360,8 @@ def _bias_text(development: list[Development], rules: SortingRules) -> str:
 
     def said(bias: float) -> str:
         if math.isnan(bias):
-            return f"estimator bias ({source}) not measured" + (" (taken as 0)" * (rules.llc_bias_source == "suite"))
+            taken = " (taken as 0)" if rules.llc_bias_source == "suite" else ""  # the model's: not testable instead
+            return f"estimator bias ({source}) not measured{taken}"
         return f"estimator bias ({source}) {bias:.0%} of each λ̂, added to its uncertainty"
 
     runs: dict[str, list[str]] = {}
