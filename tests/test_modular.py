@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from headway.analysis.llc import SGLDSettings
+from headway.analysis.llc.stability import stability_steps
 from headway.analysis.llc.trace import estimator_bias
 from headway.cli.main import main
 from headway.cli.study import verdict_table
@@ -118,6 +119,13 @@ def test_data_and_study_commands(tmp_path, capsys):
     assert "train_fraction = 1.5" in capsys.readouterr().err
 
 
+def test_an_analysis_before_the_stability_stays_current_without_it():
+    """Version 2 only added the traced models' stability: a version-1 analysis is read with that table empty (the
+    LLC claim then says it was not measured), and nothing older is current."""
+    assert ModularStudy.lacks(1) == {"llc_stability"} and ModularStudy.lacks(ModularStudy.version) == set()
+    assert ModularStudy.lacks(0) is None
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     """Two tiny runs (p = 23, 60 steps: nothing groks) from training to the report: the verdicts carry p, α
@@ -128,17 +136,29 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
                        sgld=SGLDSettings(lr=1e-4, chains=2, draws=10, burnin=5, batch_size=64, init_loss_batches=None),
                        llc_checkpoints=3)
     html = ModularStudy(plan, tmp_path, device="cpu", progress=False).run().read_text()
-    for section in ("Claims checked", "Sensitivity to the rules", "Methods: the rules", "estimator&#x27;s relative bias"):
+    for section in ("Claims checked", "Sensitivity to the rules", "Methods: the rules", "LLC estimator bias"):
         assert section in html
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["rules"] == ModularRules().to_dict()
+    assert summary["rules"] == ModularRules().to_dict() and summary["llc_bias_source"] == "model"
+    # by default the LLC claim weighs the traced models' own stability, measured on each run with a valid checkpoint
+    stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
+    curve = pd.read_parquet(next((tmp_path / "analysis").glob("*/llc_curve.parquet")))
+    testable = stability_steps(curve, ModularRules().llc_validity())
+    assert testable and set(stability.run_id) == set(testable)
+    assert set(stability.variant) == {"plan", "half_step", "double_batch"}
+    assert summary["llc_stability"]["missing"] == [] and summary["llc_bias"] == summary["llc_stability"]["bias"]
+    assert len(pd.read_csv(tmp_path / "llc_stability.csv")) == len(stability)
+    suite = ModularRules().changed(llc_bias_source="suite")
+    ModularStudy(plan, tmp_path, device="cpu", progress=False, rules=suite).run()
+    summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["llc_bias"] > 0.5  # the known-answer suite at these tiny SGLD settings: far off, and said so
     # read at the stated scale, the test weighs the suite's error against each model's λ at that scale; reading
     # resolved estimates only, its error against the LLC (the suite is kept for the process: no second measurement)
     assert summary["llc_bias"] == pytest.approx(estimator_bias(plan.sgld, None, at_scale=True))
     assert estimator_bias(plan.sgld, None, at_scale=False) != pytest.approx(summary["llc_bias"])
+    assert summary["llc_stability"] is None
     resolved = ModularStudy(plan, tmp_path, device="cpu", progress=False,
-                            rules=ModularRules().changed(llc_resolved_only=True))
+                            rules=suite.changed(llc_resolved_only=True))
     resolved.run()
     assert json.loads((tmp_path / "summary.json").read_text())["llc_bias"] == pytest.approx(
         estimator_bias(plan.sgld, None, at_scale=False))

@@ -24,7 +24,7 @@ from headway.studies.rules import Rules
 from headway.studies.verdict import judge
 from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
-RULES = ModularRules()
+RULES = ModularRules(llc_bias_source="suite")  # the tests below weigh the suite's bias, NaN taken as 0
 VALIDITY = RULES.llc_validity()
 
 
@@ -157,7 +157,7 @@ def llc_status(*rows: dict) -> tuple[str, str]:
 def test_the_llc_fall_is_judged_against_the_run_without_weight_decay():
     found, evidence = llc_status(llc_row("g", 1.0, 0.66, 0.03), llc_row("c", 0.0, 0.17, 0.03))
     assert found == "reproduced" and "difference +49% (95% interval +41% to +57%), z = 11.55" in evidence
-    assert "bias was not measured (taken as 0)" in evidence
+    assert "bias (the known-answer suite's error) was not measured (taken as 0)" in evidence
     # the control falls as far: a precise design refutes, a noisy one cannot
     assert llc_status(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.64))[0] == "not reproduced"
     found, evidence = llc_status(llc_row("g", 1.0, 0.66, 0.1), llc_row("c", 0.0, 0.6, 0.1))
@@ -336,15 +336,41 @@ def test_a_run_that_never_generalised_is_data_not_a_missing_input():
 def test_the_llc_claim_states_the_bias_its_table_was_computed_with():
     """The bias the verdict names is the table's own (each run's Development's), not a flag beside it."""
     measured = [{**llc_row("g", 1.0, 0.66, 0.03), "bias": 0.05}, {**llc_row("c", 0.0, 0.17, 0.03), "bias": 0.05}]
-    assert "the estimator's relative bias 5.0% is added to every standard error" in llc_status(*measured)[1]
-    assert "the estimator's bias was not measured (taken as 0)" in llc_status(*pair()["llc"].to_dict("records"))[1]
+    suite = "(the known-answer suite's error)"
+    assert f"the estimator's relative bias {suite} 5.0% is added to every standard error" in llc_status(*measured)[1]
+    assert f"the estimator's bias {suite} was not measured (taken as 0)" in llc_status(
+        *pair()["llc"].to_dict("records"))[1]
     mixed = llc_status(measured[0], llc_row("c", 0.0, 0.17, 0.03))[1]
-    assert "the estimator's relative bias 5.0% is added to every standard error for seed 0 wd 1; the estimator's " \
-           "bias was not measured (taken as 0) for seed 0 wd 0" in mixed
+    assert f"the estimator's relative bias {suite} 5.0% is added to every standard error for seed 0 wd 1; the " \
+           f"estimator's bias {suite} was not measured (taken as 0) for seed 0 wd 0" in mixed
     metrics, trace = traced("g", [10, 100, 200, 150, 100], [1, 2, 4, 3, 3])
     biased = llc_table([development("g", metrics, trace, RULES.llc_fall, VALIDITY, bias=0.1)],
                        meta("g", weight_decays=(1.0,)))
     assert biased.bias.iloc[0] == 0.1
+
+
+def test_weighing_the_models_own_stability_an_unmeasured_one_leaves_the_llc_claim_not_testable():
+    """Under llc_bias_source "model" (the default) a pair whose stability was not measured is never weighed as 0:
+    the claim is not testable and says why; measured, it is judged with that bias, named by its source."""
+    model = ModularRules()
+    assert model.llc_bias_source == "model"
+    rows = [llc_row("g", 1.0, 0.66, 0.03), llc_row("c", 0.0, 0.17, 0.03)]
+    unmeasured = judge([modular.llc_falls_at_grokking(llc_frame(*rows), model)], model)[0]
+    assert unmeasured.status == "not testable" and "was not measured on every testable run" in unmeasured.evidence
+    assert "the estimator's bias (the models' own stability) was not measured;" not in unmeasured.evidence
+    assert "the estimator's bias (the models' own stability) was not measured." in unmeasured.evidence
+    measured = judge([modular.llc_falls_at_grokking(llc_frame(*[{**row, "bias": 0.02} for row in rows]), model)],
+                     model)[0]
+    assert measured.status == "reproduced"
+    assert "the estimator's relative bias (the models' own stability) 2.0% is added" in measured.evidence
+    assert "relative change under a halved step or a doubled batch" in modular.llc_falls_at_grokking.describe(model).test
+
+
+def test_the_bias_source_is_a_rule_of_every_llc_study_and_refuses_an_unknown_one():
+    with pytest.raises(ConfigError, match=r"rule llc_bias_source = 'hessian' is unknown; choose one of model, suite"):
+        ModularRules(llc_bias_source="hessian")
+    assert ModularRules().weighed_bias(pd.DataFrame(), pd.DataFrame(), 0.3)[0] != 0.3  # the models': no suite read
+    assert ModularRules(llc_bias_source="suite").weighed_bias(pd.DataFrame(), pd.DataFrame(), 0.3) == (0.3, None)
 
 
 def test_a_resolution_limited_checkpoint_places_the_peak_only_at_the_stated_scale():

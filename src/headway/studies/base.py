@@ -460,9 +460,9 @@ class TracingStudy(Study):
         return self.step("tables", "summarise")(data, bias)
 
     def weighs_suite(self, rules: Any) -> bool:
-        """Whether the LLC claims under `rules` weigh the known-answer suite's bias (measured in `summarise`); a
-        study that weighs something else (the sorting study's model stability) measures no suite."""
-        return True
+        """Whether the LLC claims under `rules` weigh the known-answer suite's bias (measured in `summarise`,
+        `LLCRules.llc_bias_source`); claims that weigh the models' own stability measure no suite."""
+        return rules.llc_bias_source == "suite"
 
 
 def joined(parts: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:

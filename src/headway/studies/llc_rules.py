@@ -2,6 +2,10 @@
 estimate (`headway.analysis.llc.validity.ValidityLimits`), so that a claim resting on invalid estimates is
 untestable by the study's own stated rules rather than by constants of the estimator.
 
+`llc_bias_source` says what the LLC claims weigh as the estimator's bias: the traced models' own stability
+(`headway.analysis.llc.stability`) or the known-answer suite's error at the plan's settings; `weighed_bias` turns
+it into the number a study's summary weighs.
+
 The values are the estimator's own defaults, read from `ValidityLimits` (defined there once, with the
 measurements behind them), and `LLCRules.llc_validity()` hands them back to the functions that decide
 validity: the LLC trace and the final LLC while analysing (stage "analysis": the stored `invalid` column and
@@ -16,9 +20,18 @@ sorting study's sensitivity table re-judges its mode claims alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
+from headway.settings import check_choice
 from headway.studies.rules import Rules, rule
+
+if TYPE_CHECKING:  # pandas and the stability's sampler load with a summary, not with the rules
+    import pandas as pd
+
+    from headway.analysis.llc.stability import ModelStability
+
+BIAS_SOURCES = ("model", "suite")  # what the LLC claims weigh as the estimator's bias (llc_bias_source)
 
 _ESTIMATOR = ValidityLimits()  # the estimator's own limits: the rules' defaults
 
@@ -63,6 +76,15 @@ class LLCRules(Rules):
                                    "bulk near zero) rather than every valid estimate, read as λ̂ at the plan's stated "
                                    "nβ and γ (the LLC at that scale, as devinterp's and the papers' estimates are); "
                                    "the check's label stays on every estimate either way (docs/decisions.md)")
+    llc_bias_source: str = rule("model", "the estimator's bias the LLC claims weigh into each λ̂: 'model', the "
+                                "traced models' own stability (twice the largest difference between a run's first "
+                                "valid and last checkpoint in λ̂'s relative change under a halved step or a doubled "
+                                "batch; not measured: the claim is not testable), or 'suite', the known-answer "
+                                "suite's error at the plan's settings (docs/decisions.md)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("rule llc_bias_source", self.llc_bias_source, BIAS_SOURCES)
 
     def llc_validity(self) -> ValidityLimits:
         """The LLC validity rules as the estimator and `invalid_reasons` take them."""
@@ -85,3 +107,23 @@ class LLCRules(Rules):
             return "only estimates the resolution check vouches for (the LLC itself)"
         return ("every valid estimate, read as λ̂ at the plan's stated nβ and γ, those the resolution check cannot "
                 "vouch for included")
+
+    def llc_bias_source_text(self) -> str:
+        """What the LLC claims weigh as the estimator's bias (`llc_bias_source`), in words."""
+        if self.llc_bias_source == "model":
+            return ("the traced models' own stability, twice the largest difference between a run's first valid and "
+                    "last checkpoint in λ̂'s relative change under a halved step or a doubled batch")
+        return f"the known-answer suite's error at the plan's settings, {self.llc_bias_target()}"
+
+    def weighed_bias(self, stability: pd.DataFrame, trace: pd.DataFrame,
+                     suite_bias: float) -> tuple[float, ModelStability | None]:
+        """The relative bias the LLC claims weigh into each λ̂ under `llc_bias_source`, with the models' stability
+        it came from: "model", the `model_stability` of the `llc_stability` table `stability` over the traced runs
+        of `trace` (NaN when a testable run lacks it: the claims are then not testable); "suite", `suite_bias` as
+        measured (NaN: not measured) and None."""
+        if self.llc_bias_source == "suite":
+            return suite_bias, None
+        from headway.analysis.llc.stability import model_stability
+
+        measured = model_stability(stability, trace, self.llc_validity())
+        return measured.bias, measured

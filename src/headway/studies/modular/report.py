@@ -4,7 +4,6 @@ and closing with the rules it was judged by."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +17,7 @@ from headway.report.html import Report
 from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
+from headway.studies.llc_bias import bias_said, stability_table, write_stability
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
                                             summary_json, tables_at)
@@ -39,6 +39,7 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
     curve = data.tables["llc_curve"]
     if len(curve):
         layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
+    write_stability(out, data.tables)
 
     report = Report("Grokking modular addition",
                     f"headway study modular · scale `{data.plan.scale}` · {len(tables.runs)} trained transformers")
@@ -136,11 +137,11 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "estimate is invalid (λ̂ ≤ 0, no standard error, a chain that diverged or left the basin) is left out; a run "
         "with an invalid checkpoint after its peak cannot carry the LLC claim.")
     section.paragraph(f"Why these settings: {chosen.reason}.")
-    bias = tables.llc_bias
-    section.key_values({"estimator's relative bias": "not measured (taken as 0)" if math.isnan(bias) else f"{bias:.1%}",
+    section.key_values({"LLC estimator bias": bias_said(tables.llc_bias, tables.stability, data.rules,
+                                                        "the LLC claim's test"),
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
-                       f"The LLC estimator's bias on models of known LLC, {data.rules.llc_bias_target()}, which the "
-                       "rise and fall are weighed against.")
+                       "The LLC estimator's bias the rise and fall are weighed against.")
+    stability_table(section, tables.stability)
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
                   "/ peak and fall (peak − final) / peak with their standard errors (chains and bias); development's "
                   "one-sided p of each; invalid: why the run's fall cannot be read.", float_format="{:.3g}")

@@ -4,7 +4,7 @@ ensemble and what a cached table must hold to be read back (`headway.runs.schema
 from __future__ import annotations
 
 from headway.runs.schema import TableSchema
-from headway.studies.llc_schema import LLC_TRACE
+from headway.studies.llc_schema import LLC_STABILITY, LLC_TRACE
 
 _TAGS = {"run_id": "str"}
 
@@ -17,4 +17,5 @@ SCHEMAS = {
     "fourier_curve": TableSchema.of({"step": "int", "instance": "int", "effective_frequencies": "float",
                                      "key_embedding_share": "float", "key_logit_share": "float", **_TAGS}),
     "llc_curve": LLC_TRACE.plus(_TAGS),
+    "llc_stability": LLC_STABILITY.plus(_TAGS),
 }

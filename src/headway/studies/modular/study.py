@@ -28,7 +28,10 @@ class ModularStudy(TracingStudy):
     plan_class = ModularPlan
     scales = STUDY_SCALES
     schemas = SCHEMAS
-    version = 1
+    version = 2
+    # a version-1 analysis is current without the traced models' stability; the LLC claim then says it was not
+    # measured rather than weigh nothing
+    added_tables = {2: ("llc_stability",)}
     rules_class = ModularRules
     plan: ModularPlan
     rules: ModularRules
@@ -40,4 +43,5 @@ class ModularStudy(TracingStudy):
                                                                           self.rules.coverage))
         chosen = self.llc_settings(run_dir, folder, runs, device)
         parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen)]
+        parts["llc_stability"] = [self.measure_stability(run_dir, folder, runs, device, chosen, parts["llc_curve"][0])]
         return joined(parts)

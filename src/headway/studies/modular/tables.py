@@ -16,6 +16,7 @@ import pandas as pd
 
 from headway.analysis.llc.study_settings import sgld_record
 from headway.analysis.development import Development, development
+from headway.analysis.llc.stability import ModelStability
 from headway.analysis.emergence import stays_above_from
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
@@ -35,12 +36,15 @@ class ModularTables:
     development: list[Development]  # the traced runs, in trace order
     llc: pd.DataFrame  # one row per traced run: rise, fall and their standard errors (llc_fall.llc_table)
     weight_decays: tuple[float, ...]  # the plan's weight decays
-    llc_bias: float = math.nan  # the LLC estimator's relative bias on models of known LLC (NaN: not measured)
+    llc_bias: float = math.nan  # the LLC estimator's relative bias the LLC claim weighs (NaN: not measured)
+    stability: ModelStability | None = None  # the traced models' own stability (`llc_bias_source` "model"), else None
 
 
 def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
     """The study's tables from the gathered metrics and analysis tables, by `data.rules`; `llc_bias` is the
-    estimator's relative bias, added to every LLC standard error (NaN: not measured, taken as 0)."""
+    known-answer suite's relative bias, added to every LLC standard error when the rules' `llc_bias_source` is
+    "suite" (NaN: not measured, then taken as 0); with "model" the traced models' own stability is added instead
+    (NaN when a testable run lacks it, and the LLC claim is not testable)."""
     metrics, rules = data.metrics, data.rules
     final = final_metrics(metrics)[["run_id", "train_fraction", "modulus", "weight_decay", "seed", "step",
                                      "train_accuracy", "val_accuracy", "val_loss"]]
@@ -53,12 +57,13 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
             .sort_values(["train_fraction", "weight_decay", "seed"], ascending=[True, False, True], ignore_index=True))
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
+    llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), trace, llc_bias)
     traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
                            llc_bias, rules.llc_resolved_only)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
                          development=traced, llc=llc_table(traced, runs),
-                         weight_decays=tuple(data.plan.weight_decays), llc_bias=llc_bias)
+                         weight_decays=tuple(data.plan.weight_decays), llc_bias=llc_bias, stability=stability)
 
 
 def run_steps(metrics: pd.DataFrame, rules: ModularRules) -> pd.DataFrame:
@@ -131,13 +136,16 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
     return {
         "study": "modular", "scale": plan.scale, "runs": len(tables.runs),
         "grid": {"train_fractions": list(plan.train_fractions), "weight_decays": list(plan.weight_decays),
-                 "seeds": list(plan.seeds)},
+                 "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
+                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step},
         "rules": data.rules.to_dict(),
         "per_run": records(tables.runs),
         "grokking": records(grokking_counts(tables.runs)),
         "development": [traced.summary(run_title(tables.runs, traced.run_id)) for traced in tables.development],
         "llc": records(tables.llc.drop(columns="excluded")),
         "llc_bias": plain_value(tables.llc_bias),
+        "llc_bias_source": data.rules.llc_bias_source,
+        "llc_stability": None if tables.stability is None else tables.stability.summary(),
         **sgld_record(data.tables["llc_curve"], plan.sgld),
         "verdicts": [v.to_dict() for v in verdicts],
         "threshold_sensitivity": records(sensitivity),

@@ -187,7 +187,7 @@ def _llc_test(rules: ModularRules) -> str:
             "peak was picked from) and falls from it, as a "
             "share of the peak, further than its control's, the run of the same train fraction and seed without "
             "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
-            "bias); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
+            f"bias: {rules.llc_bias_source_text()}); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
             f"extra fall of {rules.llc_fall:.0%} of the peak; valid estimates: {rules.llc_reading()}")
 
 
@@ -195,7 +195,8 @@ def _llc_test(rules: ModularRules) -> str:
 # one that never generalised no grokking step: those are read only of the valid grokked runs and their controls.
 LLC_READS = reads("grokked", "weight_decay", "train_fraction", "seed", "invalid", "generalised_step", "peak_step",
                   "peak_candidates", "p_rise", "rise", "rise_se", "peak", "fall", "fall_se", "final_step", "bias",
-                  nullable={"bias": "the estimator's bias was not measured (weighed as 0)"})
+                  nullable={"bias": "the estimator's bias was not measured (the suite's: weighed as 0; the models' "
+                                    "stability: the claim is not testable)"})
 
 
 @checked_claim(LLC_CLAIM, _llc_test, llc=LLC_READS)
@@ -206,7 +207,7 @@ def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, *, claim: Clai
         return claim.not_testable("no run was traced", "No run's LLC was traced over training.")
     grokked = llc[llc.grokked & (llc.weight_decay > 0)]
     if grokked.empty:
-        return claim.not_testable("no traced run grokked", f"{_llc_rows(llc)}; {_bias_text(llc)}.")
+        return claim.not_testable("no traced run grokked", f"{_llc_rows(llc)}; {_bias_text(llc, rules)}.")
     tests, left_out, used = [], [], []
     for g in grokked.itertuples():
         control = llc[(llc.weight_decay == 0) & (llc.train_fraction == g.train_fraction) & (llc.seed == g.seed)]
@@ -219,21 +220,31 @@ def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, *, claim: Clai
             used += [g.Index, c.Index]
     if not tests:
         return claim.not_testable("no traced grokked run has valid estimates and a valid control",
-                                  f"{'; '.join(left_out)}; {_bias_text(llc)}.")
+                                  f"{'; '.join(left_out)}; {_bias_text(llc, rules)}.")
+    if rules.llc_bias_source == "model" and llc.loc[used].bias.isna().any():
+        return claim.not_testable("the traced models' own LLC stability, the bias this test weighs "
+                                  "(llc_bias_source = model), was not measured on every testable run (an analysis "
+                                  "made before the study measured it); analyse the runs again to measure it",
+                                  f"{'; '.join(text for _, _, text in tests)}; {_bias_text(llc.loc[used], rules)}.")
     p_value = intersection_union([p for p, _, _ in tests])
 
     def power(level: float) -> float:
         return math.prod(run_power(level) for _, run_power, _ in tests)
 
-    return claim.finding("; ".join([text for _, _, text in tests] + left_out) + f"; {_bias_text(llc.loc[used])}.",
+    return claim.finding("; ".join([text for _, _, text in tests] + left_out) + f"; {_bias_text(llc.loc[used], rules)}.",
                          p_value, power)
 
 
-def _bias_text(llc: pd.DataFrame) -> str:
-    """The estimator's bias the rows' standard errors were computed with (their `bias`), in words."""
+def _bias_text(llc: pd.DataFrame, rules: ModularRules) -> str:
+    """The estimator's bias the rows' standard errors were computed with (their `bias`), named by its source
+    (`llc_bias_source`), in words."""
+    source = "the models' own stability" if rules.llc_bias_source == "model" else "the known-answer suite's error"
+
     def said(bias: float) -> str:
-        return ("the estimator's bias was not measured (taken as 0)" if pd.isna(bias)
-                else f"the estimator's relative bias {bias:.1%} is added to every standard error")
+        if pd.isna(bias):
+            taken = " (taken as 0)" if rules.llc_bias_source == "suite" else ""  # the model's: not testable instead
+            return f"the estimator's bias ({source}) was not measured{taken}"
+        return f"the estimator's relative bias ({source}) {bias:.1%} is added to every standard error"
 
     runs: dict[str, list[str]] = {}
     for row in llc.itertuples():

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -20,12 +19,13 @@ from headway.report.messages import said_once
 from headway.runs import layout
 from headway.runs.store import load_runs
 from headway.studies.base import ANALYSIS, RUNS, StudyData
+from headway.studies.llc_bias import bias_said, stability_table, write_stability
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, run_title, summary_json, tables_at
-from headway.studies.sorting.verdicts import CLAIMS, bias_source_text, share_text, training_text
+from headway.studies.sorting.verdicts import CLAIMS, share_text, training_text
 from headway.studies.sensitivity import status_table, sweep_texts, threshold_sensitivity
 from headway.studies.verdict import Verdict, decision_rule, methods_section, verdict_callouts
 from headway.analysis.sorting.modes import copy_sets
@@ -42,9 +42,7 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     curve = data.tables["llc_curve"]
     if len(curve):
         layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
-    stability = data.tables.get("llc_stability", pd.DataFrame())
-    if len(stability):
-        layout.write_text(out / "llc_stability.csv", stability.to_csv(index=False))
+    write_stability(out, data.tables)
 
     report = Report("Structure development in list-sorting transformers",
                     f"headway study sorting · scale `{plan.scale}` · {len(final)} trained transformers")
@@ -210,12 +208,9 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
         f"(a warning below {MIN_ACCEPTANCE:g}). Stage boundaries: red from LLC turning points, "
         "blue from the loss curve's plateaus (rule in Methods).")
     section.paragraph(f"Why these settings: {chosen.reason}.")
-    section.key_values({"LLC estimator bias": _bias_said(tables, data.rules)})
-    if tables.stability is not None and len(tables.stability.table):
-        section.table(tables.stability.table, "The traced models' own stability: λ̂'s relative change under each "
-                      "variant of the SGLD setting (half_step: ε/2 over the same sampling time; double_batch: twice "
-                      "the batch) at each run's first valid checkpoint and its last, and their difference; the bias "
-                      "weighed is twice the largest difference.", float_format="{:.3g}")
+    section.key_values({"LLC estimator bias": bias_said(tables.llc_bias, tables.stability, data.rules,
+                                                        "the rise-and-fall test")})
+    stability_table(section, tables.stability)
     section.table(_rise_fall_table(tables, data.rules), "The rise-and-fall test of each traced run (its p: the larger "
                   "of p_rise and p_fall times the candidate peaks; a run passes at p ≤ "
                   f"{run_level(data.rules):.3g}; power: its chance to pass if the LLC rose and fell "
@@ -237,22 +232,6 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
                            f"Each chain's draw losses at the last checkpoint (dashed: the loss at w*) — {title}.")
         if traced.warnings:
             section.callout("SGLD diagnostics: " + " | ".join(said_once(traced.warnings)), "warning")
-
-
-def _bias_said(tables: SortingTables, rules: SortingRules) -> str:
-    """The bias the rise-and-fall test weighs, with its source (`llc_bias_source`), in words."""
-    bias, stability = tables.llc_bias, tables.stability
-    if stability is not None:
-        if math.isnan(bias):
-            missing = ", ".join(stability.missing) or "every traced run"
-            return (f"the models' own stability was not measured for {missing}, so the rise-and-fall claim is not "
-                    "testable (nothing is weighed in its place)")
-        return (f"{bias:.1%} of each λ̂ ({bias_source_text(rules)}; the largest change itself: "
-                f"{stability.largest_change:.1%}), added to its standard error in the rise-and-fall test")
-    if math.isnan(bias):
-        return "not measured: the rise-and-fall test takes it as 0"
-    return (f"{bias:.1%} of each λ̂ (measured on models of known LLC, {rules.llc_bias_target()}), added to its "
-            "standard error in the rise-and-fall test")
 
 
 def _rise_fall_table(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:

@@ -47,13 +47,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from headway.settings import check_choice
 from headway.studies.llc_rules import LLCRules
 from headway.studies.rules import rule
 from headway.analysis.sorting.modes import ModeThresholds
-
-
-BIAS_SOURCES = ("model", "suite")  # what the rise-and-fall test weighs as the estimator's bias (llc_bias_source)
 
 
 @dataclass(frozen=True)
@@ -146,17 +142,6 @@ class SortingRules(LLCRules):
                            "fraction of the peak", low=0.0, high=1.0)
     llc_effect_share: float = rule(0.8, "stated effect of the LLC claim: the share of traced runs whose LLC rises "
                                    "and falls by llc_fall", low=0.0, high=1.0)
-    llc_bias_source: str = rule("model", "the estimator's bias the rise-and-fall test weighs into each λ̂: 'model', "
-                                "the traced models' own stability (twice the largest difference between a run's "
-                                "first valid and last checkpoint in λ̂'s relative change under a halved step or a "
-                                "doubled batch; not measured: the claim is not testable), or 'suite', the "
-                                "known-answer suite's error at the plan's settings (pre-registered 2026-11-30, "
-                                "docs/study-sorting.md)")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_choice("rule llc_bias_source", self.llc_bias_source, BIAS_SOURCES)
-
     def mode_thresholds(self) -> ModeThresholds:
         """The mode rule's thresholds as the classifier (`headway.analysis.sorting.modes`) takes them."""
         return ModeThresholds(**{f.name: getattr(self, f.name) for f in dataclasses.fields(ModeThresholds)})

@@ -39,9 +39,6 @@ class SortingStudy(TracingStudy):
         return {**super().analysis_stamp(runs, rules), "llc_weights": self.plan.llc_weights,
                 "examples": self.plan.examples}
 
-    def weighs_suite(self, rules: SortingRules) -> bool:
-        return rules.llc_bias_source == "suite"
-
     def tag_columns(self, run: RunConfig) -> dict[str, Any]:
         return {"data": data_label(run)}
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from headway.analysis.llc.study_settings import sgld_record
 from headway.analysis.development import Development, development
-from headway.analysis.llc.stability import ModelStability, model_stability
+from headway.analysis.llc.stability import ModelStability
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, limited_reasons
 from headway.analysis.statistics import permutation_independence, sidak, wilson_interval
 from headway.runs.store import final_metrics, plain_value
@@ -55,10 +55,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     final = final_table(data.metrics, data.tables, rules.llc_validity())
     final = final.merge(mode_settled(data.tables["mode_curve"]), on="run_id", how="left")
     curve = data.tables["llc_curve"]
-    stability = None
-    if rules.llc_bias_source == "model":
-        stability = model_stability(data.tables.get("llc_stability", pd.DataFrame()), curve, rules.llc_validity())
-        llc_bias = stability.bias
+    llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), curve, llc_bias)
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
                            llc_bias, rules.llc_resolved_only)
               for run_id in curve.run_id.unique()] if len(curve) else []

@@ -294,20 +294,12 @@ def _largest_change(fractions: pd.DataFrame) -> str:
 def _llc_test(rules: SortingRules) -> str:
     return ("per traced run, one-sided z-tests that the whole-model LLC rises from its first valid checkpoint to "
             "its highest and falls from there to its last (over each difference's standard errors and the "
-            f"estimator's bias: {bias_source_text(rules)}), p = the larger of the two times the number of interior "
+            f"estimator's bias: {rules.llc_bias_source_text()}), p = the larger of the two times the number of interior "
             f"valid checkpoints the peak was chosen from, and a run rises and falls when p ≤ {run_level(rules):.3g} "
             f"(z = {rules.llc_change_z:g}); across the usable runs, an exact one-sided binomial test of that count against "
             "the same rate. H0: no run's LLC rises and falls beyond noise and the estimator's bias (the study has no "
             f"control run). Stated effect: {rules.llc_effect_share:g} of the traced runs rise and fall, each by "
             f"{rules.llc_fall:.0%} of its peak; valid checkpoints: {rules.llc_reading()}")
-
-
-def bias_source_text(rules: SortingRules) -> str:
-    """What the rise-and-fall test weighs as the estimator's bias (`llc_bias_source`), in words."""
-    if rules.llc_bias_source == "model":
-        return ("the traced models' own stability, twice the largest difference between a run's first valid and "
-                "last checkpoint in λ̂'s relative change under a halved step or a doubled batch")
-    return f"the known-answer suite's error at the plan's settings, {rules.llc_bias_target()}"
 
 
 # What the LLC claim reads of each traced run beyond its Development's numbers: its metrics' grid coordinates

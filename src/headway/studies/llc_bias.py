@@ -1,0 +1,47 @@
+"""How a study whose claims read the LLC shows the estimator's bias it weighs (`LLCRules.llc_bias_source`): the
+bias in words for its report, the traced models' stability table, and `llc_stability.csv` beside its results."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from headway.analysis.llc.stability import ModelStability
+from headway.report.html import Report
+from headway.runs import layout
+from headway.studies.llc_rules import LLCRules
+
+
+def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, test: str) -> str:
+    """The bias `test` (the claim's test, in words) weighs into each λ̂, with its source, in words: the models'
+    stability when `stability` is given (NaN: not measured, and the claim is not testable), else the suite's
+    (NaN: not measured, taken as 0)."""
+    if stability is not None:
+        if math.isnan(bias):
+            missing = ", ".join(stability.missing) or "every traced run"
+            return (f"the models' own stability was not measured for {missing}, so {test} is not testable "
+                    "(nothing is weighed in its place)")
+        return (f"{bias:.1%} of each λ̂ ({rules.llc_bias_source_text()}; the largest change itself: "
+                f"{stability.largest_change:.1%}), added to its standard error in {test}")
+    if math.isnan(bias):
+        return f"not measured: {test} takes it as 0"
+    return (f"{bias:.1%} of each λ̂ (measured on models of known LLC, {rules.llc_bias_target()}), added to its "
+            f"standard error in {test}")
+
+
+def stability_table(section: Report, stability: ModelStability | None) -> None:
+    """The traced models' stability, run by run and variant by variant, in `section` (nothing when not measured)."""
+    if stability is not None and len(stability.table):
+        section.table(stability.table, "The traced models' own stability: λ̂'s relative change under each variant of "
+                      "the SGLD setting (half_step: ε/2 over the same sampling time; double_batch: twice the batch) "
+                      "at each run's first valid checkpoint and its last, and their difference; the bias weighed is "
+                      "twice the largest difference.", float_format="{:.3g}")
+
+
+def write_stability(out: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """`llc_stability.csv` in `out`: every stability estimate of the analysis `tables` (none written when none)."""
+    stability = tables.get("llc_stability", pd.DataFrame())
+    if len(stability):
+        layout.write_text(out / "llc_stability.csv", stability.to_csv(index=False))
