@@ -114,7 +114,8 @@ def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_an
     """The estimator's `ValidityLimits` hold the one copy of each default; the LLC studies carry each limit as a
     rule with its reason — analysis-stage where the sampler's stored judgement depends on it, summary-stage for the
     two judged on stored columns (ceiling, max_shortfall) — and the limits they hand on are their rules' values;
-    besides the limits, one rule says which estimates the claims read."""
+    besides the limits, one rule says which estimates the claims read and one what they weigh as the estimator's
+    bias."""
     assert all(isinstance(rules, LLCRules) for rules in (SortingRules(), ModularRules()))
     limits = [f.name for f in dataclasses.fields(validity.ValidityLimits)]
     stored = {"ceiling", "max_shortfall"}
@@ -130,6 +131,8 @@ def test_the_llc_validity_limits_are_rules_of_every_llc_study_and_part_of_the_an
         assert changed.llc_validity() == validity.ValidityLimits(**doubled)
         assert changed.stamp("analysis") != stamp
     own = {f.name for f in dataclasses.fields(LLCRules)} - {f.name for f in dataclasses.fields(Rules)}
-    # and which estimates the claims read, a summary rule (judged on the stored columns, no sampling again)
-    assert own == {f"llc_{name}" for name in limits} | {"llc_resolved_only"}
-    assert all("llc_resolved_only" not in rules.stamp("analysis") for rules in (SortingRules(), ModularRules()))
+    # and which estimates the claims read and what bias they weigh: summary rules (judged on the stored columns
+    # and the stored stability, no sampling again)
+    assert own == {f"llc_{name}" for name in limits} | {"llc_resolved_only", "llc_bias_source"}
+    assert all(not {"llc_resolved_only", "llc_bias_source"} & set(rules.stamp("analysis"))
+               for rules in (SortingRules(), ModularRules()))
