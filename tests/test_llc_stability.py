@@ -12,7 +12,8 @@ from test_study_sorting import small_plan
 
 from headway.analysis.development import development
 from headway.analysis.llc import SGLDSettings
-from headway.analysis.llc.stability import FIRST, LAST, model_stability, stability_steps, variant_settings
+from headway.analysis.llc.stability import (FIRST, LAST, PEAK, model_stability, stability_steps,
+                                             variant_settings)
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, refusal
 from headway.errors import ConfigError
 from headway.studies.sorting.plan import study_plan
@@ -32,10 +33,11 @@ def trace(run_id: str, values: list[float], steps: list[int] | None = None, inva
                          "data": "uniform"})
 
 
-def stability_rows(run_id: str, first: int, last: int, changes: dict[tuple[str, str], float]) -> pd.DataFrame:
+def stability_rows(run_id: str, first: int, last: int, changes: dict[tuple[str, str], float],
+                   roles: tuple[str, str] = (FIRST, LAST)) -> pd.DataFrame:
     """The llc_stability rows of one run: the plan setting (change 0) and each variant's change at each checkpoint."""
     rows = []
-    for role, step in ((FIRST, first), (LAST, last)):
+    for role, step in zip(roles, (first, last)):
         rows.append({"run_id": run_id, "step": step, "checkpoint": role, "variant": "plan", "change": 0.0})
         rows += [{"run_id": run_id, "step": step, "checkpoint": role, "variant": variant,
                   "change": changes[role, variant]} for variant in ("half_step", "double_batch")]
@@ -57,6 +59,23 @@ def test_stability_is_measured_at_each_runs_first_valid_and_last_checkpoint():
                        trace("c", [100, 200, 150], invalid=refusal("nothing qualified"))])
     points = stability_steps(frame, LIMITS)
     assert points == {"a": {FIRST: 30, LAST: 50}}  # b: no λ̂ > 0; c: its settings' choice was refused
+
+
+def test_the_modular_study_compares_each_runs_peak_with_its_last_checkpoint():
+    """The peak is the valid checkpoint of highest λ̂ (an invalid higher one is not it); the bias is then read between
+    the peak's and the last checkpoint's changes, the table's columns named by them."""
+    frame = pd.concat([trace("a", [-50, 5, 300, 400, 350]),
+                       trace("b", [-50, 5, 900, 200, 100]).assign(basin_fraction=[0.1, 0.1, 0.9, 0.1, 0.1])])
+    assert stability_steps(frame, LIMITS, (PEAK, LAST)) == {"a": {PEAK: 40, LAST: 50}, "b": {PEAK: 40, LAST: 50}}
+    assert stability_steps(frame, LIMITS) == {"a": {FIRST: 20, LAST: 50}, "b": {FIRST: 20, LAST: 50}}
+    table = pd.concat([stability_rows(run, 40, 50, {(PEAK, "half_step"): 0.03, (LAST, "half_step"): 0.01,
+                                                    (PEAK, "double_batch"): 0.0, (LAST, "double_batch"): 0.0},
+                                      roles=(PEAK, LAST)) for run in ("a", "b")])
+    measured = model_stability(table, frame, LIMITS, (PEAK, LAST))
+    assert measured.bias == pytest.approx(0.04) and measured.missing == []
+    assert list(measured.table.columns) == ["run_id", "variant", "peak_step", "peak_change", "last_step", "last_change",
+                                            "difference"]
+    assert math.isnan(model_stability(table, frame, LIMITS).bias)  # measured at the peak, not the first valid one
 
 
 def test_a_refused_choice_stays_invalid_whatever_the_limits():

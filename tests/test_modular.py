@@ -20,6 +20,7 @@ from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs.config import RunConfig, expand_grid, group_runs
 from headway.runs.store import final_metrics, load_model
+from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.plan import ModularPlan
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.study import ModularStudy
@@ -143,8 +144,11 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     # by default the LLC claim weighs the traced models' own stability, measured on each run with a valid checkpoint
     stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
     curve = pd.read_parquet(next((tmp_path / "analysis").glob("*/llc_curve.parquet")))
-    testable = stability_steps(curve, ModularRules().llc_validity())
+    testable = stability_steps(curve, ModularRules().llc_validity(), STABILITY_POINTS)
     assert testable and set(stability.run_id) == set(testable)
+    # compared at each run's peak and its last checkpoint, the fall the claim reads
+    assert set(stability.checkpoint) == {"peak", "last"} and set(zip(stability.run_id, stability.checkpoint, stability.step)) \
+        == {(run, role, step) for run, points in testable.items() for role, step in points.items()}
     assert set(stability.variant) == {"plan", "half_step", "double_batch"}
     assert summary["llc_stability"]["missing"] == [] and summary["llc_bias"] == summary["llc_stability"]["bias"]
     assert len(pd.read_csv(tmp_path / "llc_stability.csv")) == len(stability)

@@ -414,16 +414,18 @@ class TracingStudy(Study):
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     def measure_stability(self, run_dir: Path, folder: Path, runs: list[RunConfig], device: torch.device,
-                          chosen: StudySettings, curve: pd.DataFrame) -> pd.DataFrame:
+                          chosen: StudySettings, curve: pd.DataFrame,
+                          points: tuple[str, str] | None = None) -> pd.DataFrame:
         """The `llc_stability` table of one ensemble: λ̂ of each traced run at half the step and twice the batch
-        beside the `chosen` setting, at its first valid and its last checkpoint of `curve` (its `llc_curve` table;
-        `headway.analysis.llc.stability.llc_stability`), pool by pool, saved beside each pool's trace."""
+        beside the `chosen` setting, at the two checkpoints of `curve` (its `llc_curve` table) that `points` names
+        (default `stability.POINTS`: its first valid and its last; `headway.analysis.llc.stability.llc_stability`),
+        pool by pool, saved beside each pool's trace."""
         import pandas as pd
 
-        from headway.analysis.llc.stability import llc_stability, stability_steps
+        from headway.analysis.llc.stability import POINTS, llc_stability, stability_steps
 
         validity = self.rules.llc_validity()
-        points = stability_steps(curve, validity) if len(curve) else {}
+        points = stability_steps(curve, validity, points or POINTS) if len(curve) else {}
         frames = []
         for group, saved_in in self.trace_folders(folder, runs).items():
             wanted = {i: points[runs[index].run_id] for i, index in enumerate(group) if runs[index].run_id in points}

@@ -8,22 +8,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from headway.analysis.llc.stability import ModelStability
+from headway.analysis.llc.stability import POINTS, ModelStability, points_text
 from headway.report.html import Report
 from headway.runs import layout
 from headway.studies.llc_rules import LLCRules
 
 
-def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, test: str) -> str:
+def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, test: str,
+              points: tuple[str, str] = POINTS) -> str:
     """The bias `test` (the claim's test, in words) weighs into each λ̂, with its source, in words: the models'
     stability when `stability` is given (NaN: not measured, and the claim is not testable), else the suite's
-    (NaN: not measured, taken as 0)."""
+    (NaN: not measured, taken as 0); `points`, the two checkpoints the stability compares."""
     if stability is not None:
         if math.isnan(bias):
             missing = ", ".join(stability.missing) or "every traced run"
             return (f"the models' own stability was not measured for {missing}, so {test} is not testable "
                     "(nothing is weighed in its place)")
-        return (f"{bias:.1%} of each λ̂ ({rules.llc_bias_source_text()}; the largest change itself: "
+        return (f"{bias:.1%} of each λ̂ ({rules.llc_bias_source_text(points)}; the largest change itself: "
                 f"{stability.largest_change:.1%}), added to its standard error in {test}")
     if math.isnan(bias):
         return f"not measured: {test} takes it as 0"
@@ -31,13 +32,14 @@ def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, te
             f"standard error in {test}")
 
 
-def stability_table(section: Report, stability: ModelStability | None) -> None:
-    """The traced models' stability, run by run and variant by variant, in `section` (nothing when not measured)."""
+def stability_table(section: Report, stability: ModelStability | None, points: tuple[str, str] = POINTS) -> None:
+    """The traced models' stability at `points`, run by run and variant by variant, in `section` (nothing when not
+    measured)."""
     if stability is not None and len(stability.table):
         section.table(stability.table, "The traced models' own stability: λ̂'s relative change under each variant of "
                       "the SGLD setting (half_step: ε/2 over the same sampling time; double_batch: twice the batch) "
-                      "at each run's first valid checkpoint and its last, and their difference; the bias weighed is "
-                      "twice the largest difference.", float_format="{:.3g}")
+                      f"at each run's {points_text(points)}, and their difference; the bias weighed is twice the "
+                      "largest difference.", float_format="{:.3g}")
 
 
 def write_stability(out: Path, tables: dict[str, pd.DataFrame]) -> None:

@@ -108,22 +108,26 @@ class LLCRules(Rules):
         return ("every valid estimate, read as λ̂ at the plan's stated nβ and γ, those the resolution check cannot "
                 "vouch for included")
 
-    def llc_bias_source_text(self) -> str:
-        """What the LLC claims weigh as the estimator's bias (`llc_bias_source`), in words."""
+    def llc_bias_source_text(self, points: tuple[str, str] | None = None) -> str:
+        """What the LLC claims weigh as the estimator's bias (`llc_bias_source`), in words; `points`: the two
+        checkpoints the models' stability is compared at (`headway.analysis.llc.stability`, default its POINTS)."""
         if self.llc_bias_source == "model":
-            return ("the traced models' own stability, twice the largest difference between a run's first valid and "
-                    "last checkpoint in λ̂'s relative change under a halved step or a doubled batch")
+            from headway.analysis.llc.stability import POINTS, points_text
+
+            return (f"the traced models' own stability, twice the largest difference between a run's "
+                    f"{points_text(points or POINTS)} in λ̂'s relative change under a halved "
+                    "step or a doubled batch")
         return f"the known-answer suite's error at the plan's settings, {self.llc_bias_target()}"
 
-    def weighed_bias(self, stability: pd.DataFrame, trace: pd.DataFrame,
-                     suite_bias: float) -> tuple[float, ModelStability | None]:
+    def weighed_bias(self, stability: pd.DataFrame, trace: pd.DataFrame, suite_bias: float,
+                     points: tuple[str, str] | None = None) -> tuple[float, ModelStability | None]:
         """The relative bias the LLC claims weigh into each λ̂ under `llc_bias_source`, with the models' stability
-        it came from: "model", the `model_stability` of the `llc_stability` table `stability` over the traced runs
-        of `trace` (NaN when a testable run lacks it: the claims are then not testable); "suite", `suite_bias` as
-        measured (NaN: not measured) and None."""
+        it came from: "model", the `model_stability` of the `llc_stability` table `stability` at `points` (default
+        its POINTS) over the traced runs of `trace` (NaN when a testable run lacks it: the claims are then not
+        testable); "suite", `suite_bias` as measured (NaN: not measured) and None."""
         if self.llc_bias_source == "suite":
             return suite_bias, None
-        from headway.analysis.llc.stability import model_stability
+        from headway.analysis.llc.stability import POINTS, model_stability
 
-        measured = model_stability(stability, trace, self.llc_validity())
+        measured = model_stability(stability, trace, self.llc_validity(), points or POINTS)
         return measured.bias, measured

@@ -5,8 +5,10 @@ twice the batch, beside the plan's own setting, at chosen checkpoints of traced 
 To first order the bias of a setting is twice what halving its step (or doubling its batch) changes, and only the
 part of it that differs between checkpoints can make or hide a rise or a fall: a relative bias shared by every
 checkpoint scales a curve's start, peak and end alike. So the bias weighed is twice the largest difference, over the
-runs and the two variants, between the relative changes at a run's first valid checkpoint and at its last. The
-sorting study weighs it when its rule `llc_bias_source` is "model" (docs/decisions.md).
+runs and the two variants, between the relative changes at two checkpoints of a run: by default its first valid
+and its last (the sorting study, whose test reads start, peak and end), or its peak and its last (the modular
+study, whose test reads the fall from the peak; its first valid λ̂ is a few units, where the chains' noise alone is
+10-40% of it). The studies weigh it when their rule `llc_bias_source` is "model" (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from headway.tasks.objective import run_loss
 
 VARIANTS = {"plan": (1.0, 1), "half_step": (0.5, 1), "double_batch": (1.0, 2)}  # name → (ε factor, batch factor)
 SETTINGS = "stability.json"  # what the saved stability checkpoints were estimated with
-FIRST, LAST = "first_valid", "last"  # the two checkpoints of a traced run its stability is measured at
+FIRST, PEAK, LAST = "first_valid", "peak", "last"  # checkpoints of a traced run its stability can be measured at
+POINTS = (FIRST, LAST)  # the two a study measures unless it says otherwise
+SAID = {FIRST: "first valid", PEAK: "peak", LAST: "last"}  # each in words, and the stem of its columns
 
 
 def variant_settings(sgld: SGLDSettings) -> dict[str, SGLDSettings]:
@@ -43,15 +47,24 @@ def variant_settings(sgld: SGLDSettings) -> dict[str, SGLDSettings]:
             for name, (lr, batch) in VARIANTS.items()}
 
 
-def stability_steps(trace: pd.DataFrame, validity: ValidityLimits) -> dict[str, dict[str, int]]:
-    """Per traced run of a trace table: {first_valid: its first whole-model checkpoint valid by `validity`'s sampler
-    checks, last: its last traced checkpoint}; a run with no valid checkpoint is left out (it cannot be tested)."""
+def points_text(points: tuple[str, str]) -> str:
+    """The two checkpoints `points` names, in words ("first valid and last checkpoint")."""
+    return f"{SAID[points[0]]} and {SAID[points[1]]} checkpoint"
+
+
+def stability_steps(trace: pd.DataFrame, validity: ValidityLimits,
+                    points: tuple[str, str] = POINTS) -> dict[str, dict[str, int]]:
+    """Per traced run of a trace table: each of `points` → its step: first_valid, the first whole-model checkpoint
+    valid by `validity`'s sampler checks; peak, the valid one of highest λ̂; last, the last traced checkpoint. A run
+    with no valid checkpoint is left out (it cannot be tested)."""
     out = {}
     for run_id, rows in trace[trace.weights == "all"].groupby("run_id"):
         rows = rows.sort_values("step")
-        valid = rows.step[(valid_llc(rows, validity) == "").to_numpy()]
+        valid = rows[(valid_llc(rows, validity) == "").to_numpy()]
         if len(valid):
-            out[str(run_id)] = {FIRST: int(valid.iloc[0]), LAST: int(rows.step.iloc[-1])}
+            steps = {FIRST: int(valid.step.iloc[0]), PEAK: int(valid.step.loc[valid.llc_mean.idxmax()]),
+                     LAST: int(rows.step.iloc[-1])}
+            out[str(run_id)] = {point: steps[point] for point in points}
     return out
 
 
@@ -61,12 +74,12 @@ def llc_stability(run_dir: Path, folder: Path, runs: list[RunConfig], instances:
                   stamp: dict | None = None, precision: str = "fp32", deadline: float | None = None,
                   progress: bool = False, compile_mode: str | None = None) -> pd.DataFrame:
     """λ̂ of `instances` (one training pool) at every setting of `variant_settings(sgld)`, at the checkpoints
-    `wanted` names for each instance (position in `instances` → {first_valid, last: step}), all settings of a
-    checkpoint from one L(w*). Each checkpoint is saved to `folder` as it finishes and reused while what it was made
-    from (`stamp` included) is unchanged; past `deadline` no further one starts (TimeLimitReached). Rows, passed
-    through `tag` and declared by `schema`: step, checkpoint (first_valid or last), variant, lr, batch_size, burnin,
-    draws, instance (indexing `instances`), llc_mean, llc_se, acceptance, invalid, change (λ̂ over the plan
-    setting's, minus 1)."""
+    `wanted` names for each instance (position in `instances` → {role: step}, the roles of `stability_steps`), all
+    settings of a checkpoint from one L(w*). Each checkpoint is saved to `folder` as it finishes and reused while
+    what it was made from (`stamp` included) is unchanged; past `deadline` no further one starts
+    (TimeLimitReached). Rows, passed through `tag` and declared by `schema`: step, checkpoint (its role:
+    first_valid, peak or last), variant, lr, batch_size, burnin, draws, instance (indexing `instances`), llc_mean,
+    llc_se, acceptance, invalid, change (λ̂ over the plan setting's, minus 1)."""
     steps = sorted({step for points in wanted.values() for step in points.values()})
     if not steps:
         return pd.DataFrame()
@@ -120,9 +133,10 @@ def _checkpoint_roles(frame: pd.DataFrame, wanted: dict[int, dict[str, int]]) ->
 @dataclass(frozen=True)
 class ModelStability:
     """The model's own stability as a turning-point test weighs it: `bias`, twice the largest difference over runs
-    and variants between a run's relative change at its first valid checkpoint and at its last (NaN when a run in
-    `missing` lacks one or its value); `largest_change`, the largest |change| (reported, not weighed); `table`, one
-    row per run × variant (run_id, variant, first_step, first_change, last_step, last_change, difference)."""
+    and variants between a run's relative change at its two measured checkpoints (NaN when a run in `missing` lacks
+    one or its value); `largest_change`, the largest |change| (reported, not weighed); `table`, one row per run ×
+    variant (run_id, variant, then each checkpoint's step and change, as first_step, first_change for the first
+    valid one, peak_… or last_…, then difference)."""
 
     bias: float
     largest_change: float
@@ -136,26 +150,28 @@ class ModelStability:
                 "missing": self.missing}
 
 
-def model_stability(table: pd.DataFrame, trace: pd.DataFrame, validity: ValidityLimits) -> ModelStability:
-    """The `ModelStability` of the runs of `trace` (an LLC trace table) from their `llc_stability` rows: every run
-    with a valid checkpoint (`stability_steps`) must have both checkpoints' variants, else it is `missing` and the
-    bias is NaN (never weighed as 0)."""
-    testable = stability_steps(trace, validity) if len(trace) else {}
+def model_stability(table: pd.DataFrame, trace: pd.DataFrame, validity: ValidityLimits,
+                    points: tuple[str, str] = POINTS) -> ModelStability:
+    """The `ModelStability` of the runs of `trace` (an LLC trace table) from their `llc_stability` rows at `points`:
+    every run with a valid checkpoint (`stability_steps`) must have both checkpoints' variants, else it is `missing`
+    and the bias is NaN (never weighed as 0)."""
+    testable = stability_steps(trace, validity, points) if len(trace) else {}
+    one, two = (SAID[point].split()[0] for point in points)
     rows, missing = [], []
     for run_id in sorted(testable):
         mine = table[table.run_id == run_id] if len(table) else table
         changes = {(r.checkpoint, r.variant): (int(r.step), float(r.change)) for r in mine.itertuples()}
-        pairs = [(variant, changes.get((FIRST, variant)), changes.get((LAST, variant)))
+        pairs = [(variant, changes.get((points[0], variant)), changes.get((points[1], variant)))
                  for variant in VARIANTS if variant != "plan"]
         if any(first is None or last is None or math.isnan(first[1] - last[1]) for _, first, last in pairs):
             missing.append(run_id)  # not measured, or a change without a value (the plan setting's λ̂ was 0)
             continue
-        rows += [{"run_id": run_id, "variant": variant, "first_step": first[0], "first_change": first[1],
-                  "last_step": last[0], "last_change": last[1], "difference": abs(first[1] - last[1])}
+        rows += [{"run_id": run_id, "variant": variant, f"{one}_step": first[0], f"{one}_change": first[1],
+                  f"{two}_step": last[0], f"{two}_change": last[1], "difference": abs(first[1] - last[1])}
                  for variant, first, last in pairs]
-    frame = pd.DataFrame(rows, columns=["run_id", "variant", "first_step", "first_change", "last_step", "last_change",
-                                        "difference"])
+    frame = pd.DataFrame(rows, columns=["run_id", "variant", f"{one}_step", f"{one}_change", f"{two}_step",
+                                        f"{two}_change", "difference"])
     if missing or not len(frame):
         return ModelStability(math.nan, math.nan, missing, frame)
-    largest = float(np.nanmax(np.abs(frame[["first_change", "last_change"]].to_numpy(dtype=float))))
+    largest = float(np.nanmax(np.abs(frame[[f"{one}_change", f"{two}_change"]].to_numpy(dtype=float))))
     return ModelStability(2 * float(frame.difference.max()), largest, missing, frame)

@@ -9,7 +9,13 @@ import math
 import pandas as pd
 
 from headway.analysis.development import Development, applied_bias
+from headway.analysis.llc.stability import LAST, PEAK
 from headway.analysis.llc.validity import NOT_A_MINIMUM
+
+# Where the traced models' stability is compared (`headway.analysis.llc.stability`): the claim reads the fall from
+# the peak to the end against the control's; the rise (about all of the peak) is not in doubt, and the first valid
+# λ̂, a few units, carries chain noise of 10-40% of itself that would swamp a relative difference.
+STABILITY_POINTS = (PEAK, LAST)
 
 LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",
                "start", "peak_step", "peak", "final_step", "final", "rise", "rise_se", "fall", "fall_se",

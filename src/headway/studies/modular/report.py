@@ -18,6 +18,7 @@ from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
 from headway.studies.llc_bias import bias_said, stability_table, write_stability
+from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
                                             summary_json, tables_at)
@@ -138,10 +139,10 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "with an invalid checkpoint after its peak cannot carry the LLC claim.")
     section.paragraph(f"Why these settings: {chosen.reason}.")
     section.key_values({"LLC estimator bias": bias_said(tables.llc_bias, tables.stability, data.rules,
-                                                        "the LLC claim's test"),
+                                                        "the LLC claim's test", STABILITY_POINTS),
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
                        "The LLC estimator's bias the rise and fall are weighed against.")
-    stability_table(section, tables.stability)
+    stability_table(section, tables.stability, STABILITY_POINTS)
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
                   "/ peak and fall (peak − final) / peak with their standard errors (chains and bias); development's "
                   "one-sided p of each; invalid: why the run's fall cannot be read.", float_format="{:.3g}")

@@ -20,7 +20,7 @@ from headway.analysis.llc.stability import ModelStability
 from headway.analysis.emergence import stays_above_from
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
-from headway.studies.modular.llc_fall import llc_table
+from headway.studies.modular.llc_fall import STABILITY_POINTS, llc_table
 from headway.studies.modular.rules import ModularRules
 from headway.studies.verdict import Verdict
 
@@ -57,7 +57,8 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
             .sort_values(["train_fraction", "weight_decay", "seed"], ascending=[True, False, True], ignore_index=True))
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
-    llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), trace, llc_bias)
+    llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), trace, llc_bias,
+                                             STABILITY_POINTS)
     traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
                            llc_bias, rules.llc_resolved_only)
               for run_id in trace.run_id.unique()] if len(trace) else []

@@ -36,6 +36,7 @@ from headway.analysis.statistics import (
     wilson_interval,
     z_score,
 )
+from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import ModularTables
 from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, checked_claim, intersection_union, judge,
@@ -187,7 +188,7 @@ def _llc_test(rules: ModularRules) -> str:
             "peak was picked from) and falls from it, as a "
             "share of the peak, further than its control's, the run of the same train fraction and seed without "
             "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
-            f"bias: {rules.llc_bias_source_text()}); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
+            f"bias: {rules.llc_bias_source_text(STABILITY_POINTS)}); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
             f"extra fall of {rules.llc_fall:.0%} of the peak; valid estimates: {rules.llc_reading()}")
 
 
