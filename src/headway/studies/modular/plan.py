@@ -11,6 +11,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
+from headway.studies.llc_burnin import apply_llc_burnin, llc_burnin_field, traced_line
 from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
@@ -38,6 +39,7 @@ class ModularPlan(Plan):
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
+    llc_burnin: int | None = llc_burnin_field()
     fresh_data: bool = fresh_data_field()
 
     def __post_init__(self) -> None:
@@ -53,6 +55,7 @@ class ModularPlan(Plan):
             check_int("llc_budget", self.llc_budget, 2)
         # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
         check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
+        apply_llc_burnin(self)
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch
@@ -74,7 +77,7 @@ class ModularPlan(Plan):
         return replace(self, settings={**self.settings, **{k: v for k, v in settings.items() if v is not None}})
 
     def describe(self) -> list[str]:
-        return [data_line(self.fresh_data), f"LLC traced over training for {len(self.development_runs())} of them"]
+        return [data_line(self.fresh_data), traced_line(self)]
 
 
 def study_plan(scale: str) -> ModularPlan:

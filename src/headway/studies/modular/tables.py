@@ -138,7 +138,7 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
         "study": "modular", "scale": plan.scale, "runs": len(tables.runs),
         "grid": {"train_fractions": list(plan.train_fractions), "weight_decays": list(plan.weight_decays),
                  "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
-                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step},
+                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step, "llc_burnin": plan.llc_burnin},
         "rules": data.rules.to_dict(),
         "per_run": records(tables.runs),
         "grokking": records(grokking_counts(tables.runs)),

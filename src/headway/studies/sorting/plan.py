@@ -12,6 +12,7 @@ from headway.runs.config import RunConfig
 from headway.runs.cost import GPU_STEP_BASE_S, GPU_STEP_PER_LAYER_S
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
+from headway.studies.llc_burnin import apply_llc_burnin, llc_burnin_field, traced_line
 from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
@@ -55,6 +56,7 @@ class SortingPlan(Plan):
     llc_budget: int | None = field(default=None, metadata=axis(
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
+    llc_burnin: int | None = llc_burnin_field()
     llc_weights: str = field(default="all,heads", metadata=axis(
         "Weight groups of the LLC trace: all (the whole model), heads (each head alone), embed, unembed."))
     examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
@@ -80,6 +82,7 @@ class SortingPlan(Plan):
         check_int("examples", self.examples, 1)
         # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
         check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
+        apply_llc_burnin(self)
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (data, weight decay, seed) order, each seed on its own lists with `fresh_data`."""
@@ -99,7 +102,7 @@ class SortingPlan(Plan):
 
     def describe(self) -> list[str]:
         projected = gpu_projection(self)
-        return [data_line(self.fresh_data), f"LLC traced over training for {len(self.development_runs())} of them",
+        return [data_line(self.fresh_data), traced_line(self),
                 f"LLC: about {projected['llc_flops']:.2e} FLOPs; projected on one H100 (measured rates): "
                 f"training {projected['training_s'] / 60:.1f} min, analysis {projected['analysis_s'] / 60:.1f} min"]
 

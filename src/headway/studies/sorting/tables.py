@@ -199,7 +199,7 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         "study": "sorting", "scale": plan.scale, "runs": len(final),
         "grid": {"data": [data_label_of(d) for d in plan.data], "weight_decays": list(plan.weight_decays),
                  "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
-                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step},
+                 "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step, "llc_burnin": plan.llc_burnin},
         "realised_mean_gap": final.groupby("data").mean_gap.first().to_dict(),
         "accuracy": {"min_per_token": float(final.val_accuracy.min()),
                      "median_list": float(final.val_list_accuracy.median()),
