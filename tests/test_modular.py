@@ -21,7 +21,7 @@ from headway.model.transformer import EnsembleTransformer
 from headway.runs.config import RunConfig, expand_grid, group_runs
 from headway.runs.store import final_metrics, load_model
 from headway.studies.modular.llc_fall import STABILITY_POINTS
-from headway.studies.modular.plan import ModularPlan
+from headway.studies.modular.plan import ModularPlan, study_plan
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.study import ModularStudy
 from headway.studies.modular.tables import run_steps
@@ -118,6 +118,20 @@ def test_data_and_study_commands(tmp_path, capsys):
     assert "runs: 8 runs in 1 ensemble(s)" in capsys.readouterr().out
     assert main(["study", "modular", "--out", str(tmp_path / "s"), "--dry-run", "--train-fraction", "1.5"]) == 2
     assert "train_fraction = 1.5" in capsys.readouterr().err
+
+
+def test_llc_burnin_replaces_every_chains_burn_in_and_only_when_given():
+    """--llc-burnin puts its value into the plan's SGLD settings (and so into the analysis stamp and summary), in
+    both tracing studies; unset, the scale's settings stay exactly as they were; a bad value names itself."""
+    from headway.studies.sorting.plan import study_plan as sorting_plan
+
+    for plan in (study_plan("cpu"), sorting_plan("cpu")):
+        longer = plan.with_overrides(llc_burnin=4 * plan.sgld.burnin)
+        assert longer.sgld.burnin == 4 * plan.sgld.burnin and longer.sgld.draws == plan.sgld.draws
+        assert plan.llc_burnin is None and plan.with_overrides(llc_burnin=None).sgld == plan.sgld
+        assert "each chain" in longer.describe()[1] and "(--llc-burnin)" in longer.describe()[1]
+        with pytest.raises(ConfigError, match="llc_burnin = 0 is invalid"):
+            plan.with_overrides(llc_burnin=0)
 
 
 def test_an_analysis_before_the_stability_stays_current_without_it():
