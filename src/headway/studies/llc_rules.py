@@ -77,9 +77,10 @@ class LLCRules(Rules):
                                    "nβ and γ (the LLC at that scale, as devinterp's and the papers' estimates are); "
                                    "the check's label stays on every estimate either way (docs/decisions.md)")
     llc_bias_source: str = rule("model", "the estimator's bias the LLC claims weigh into each λ̂: 'model', the "
-                                "traced models' own stability (twice the largest difference between a run's first "
-                                "valid and last checkpoint in λ̂'s relative change under a halved step or a doubled "
-                                "batch; not measured: the claim is not testable), or 'suite', the known-answer "
+                                "traced models' own stability (twice the largest difference between two checkpoints "
+                                "of each traced run, the sorting study's first valid and last, the modular study's "
+                                "peak and last, in λ̂'s relative change under a halved step or a doubled batch; not "
+                                "measured: the claim is not testable), or 'suite', the known-answer "
                                 "suite's error at the plan's settings (docs/decisions.md)")
 
     def __post_init__(self) -> None:
