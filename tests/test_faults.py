@@ -316,7 +316,7 @@ STUDIES = {
     "retrieval": ["study", "retrieval", "--scale", "cpu", "--layers", "1,2", "--hops", "2", "--seed", "0",
                   "--curriculum", "ic", "--conditional-hops", "none", "--steps", "600"],
     "sorting": ["study", "sorting", "--scale", "cpu", "--seed", "0", "--weight-decay", "0.005", "--mean-gap",
-                "uniform", "--steps", "150", "--llc-checkpoints", "3", "--examples", "100"],
+                "uniform", "--steps", "150", "--llc-checkpoints", "3", "--examples", "100", "--llc-burnin", "100"],
 }
 
 

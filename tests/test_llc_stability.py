@@ -161,7 +161,7 @@ def test_fresh_data_runs_are_traced_pool_by_pool_and_their_stability_measured(tm
                                                                   values="change")
     expected = 2 * (changes.first_valid - changes["last"]).abs().max()
     assert summary["llc_bias"] == pytest.approx(expected) and summary["llc_stability"]["bias"] == summary["llc_bias"]
-    assert f"{expected:.0%} of each λ̂, added to its uncertainty" in next(
+    assert f"(the models' own stability) {expected:.1%} is added to every standard error" in next(
         v["evidence"] for v in summary["verdicts"] if v["id"] == "llc-rise-fall")
     # judged again under the suite's bias, the same tables weigh the known-answer suite instead
     suite = SortingStudy(plan, out, device="cpu", progress=False, rules=SortingRules(llc_bias_source="suite"))

@@ -29,7 +29,7 @@ from headway.analysis.sorting.modes import MODES, ModeThresholds
 from missing import Claimed, assert_all_covered, assert_missing_is_untestable, cases, judged, with_missing
 
 RULES = SortingRules(llc_bias_source="suite")  # the LLC tests below weigh a given bias (NaN: taken as 0)
-SUITE = "estimator bias (the known-answer suite's error)"
+SUITE = "(the known-answer suite's error)"
 FAST = RULES.changed(gap_permutations=999, gap_power_studies=50, gap_power_permutations=199)
 
 
@@ -400,7 +400,8 @@ def test_the_llc_claim_counts_runs_that_rise_and_fall_beyond_noise():
     found = alone(sorting.llc_rises_then_falls(four, RULES))
     assert found.status == "reproduced" and found.p_value == pytest.approx(normal_tail(2.0) ** 4)
     assert "4/4 (0.51–1.00) usable traced runs rise and fall" in found.evidence
-    assert "× 4 candidate peaks" in found.evidence and f"LLC {SUITE} not measured (taken as 0)" in found.evidence
+    assert "× 4 candidate peaks" in found.evidence
+    assert f"the estimator's bias {SUITE} was not measured (taken as 0)" in found.evidence
     assert "uniform, no wd: seed 0: λ̂ 200 at step 3, peak 600 at step 30, final 370 (-38%)" in found.evidence
     rising = alone(sorting.llc_rises_then_falls([traced(RISE, seed=s) for s in range(4)], RULES))
     assert rising.status == "not reproduced" and rising.p_value == 1.0 and rising.power >= 0.8
@@ -424,7 +425,7 @@ def test_invalid_estimates_and_the_estimators_bias_gate_the_llc_claim():
     assert alone(sorting.llc_rises_then_falls([], RULES)).status == "not testable"
     biased = [traced(RISE_FALL, seed=s, bias=0.5) for s in range(4)]  # a 50% bias swamps the changes
     judged = alone(sorting.llc_rises_then_falls(biased, RULES))
-    assert judged.status != "reproduced" and f"LLC {SUITE} 50% of each λ̂" in judged.evidence
+    assert judged.status != "reproduced" and f"the estimator's relative bias {SUITE} 50.0% is added" in judged.evidence
 
 
 def test_the_llc_test_keeps_its_level_on_null_curves():
@@ -568,11 +569,12 @@ def test_the_llc_claim_states_the_bias_its_runs_were_weighed_with():
     bias its p-values weighed, and the verdict and each run's power read it there."""
     plain = [traced(RISE_FALL, seed=s) for s in range(4)]
     biased = [traced(RISE_FALL, seed=s, bias=0.05) for s in range(4)]
-    assert f"LLC {SUITE} not measured (taken as 0)" in alone(sorting.llc_rises_then_falls(plain, RULES)).evidence
-    assert f"LLC {SUITE} 5% of each λ̂, added to its uncertainty" in \
+    assert f"the estimator's bias {SUITE} was not measured (taken as 0)" in \
+        alone(sorting.llc_rises_then_falls(plain, RULES)).evidence
+    assert f"the estimator's relative bias {SUITE} 5.0% is added to every standard error" in \
         alone(sorting.llc_rises_then_falls(biased, RULES)).evidence
     mixed = alone(sorting.llc_rises_then_falls([plain[0], biased[1]], RULES)).evidence
-    assert f"{SUITE} not measured (taken as 0) for run(s) r0-0; {SUITE} 5% of each λ̂, added to its uncertainty " \
-           "for run(s) r1-0" in mixed
+    assert f"the estimator's bias {SUITE} was not measured (taken as 0) for run r0-0; the estimator's relative bias " \
+           f"{SUITE} 5.0% is added to every standard error for run r1-0" in mixed
     assert biased[0].p_fall > plain[0].p_fall and run_test(biased[0], RULES).power < run_test(plain[0], RULES).power
     assert traced(RISE_FALL, bias=0.0).bias == 0.0 and math.isnan(plain[0].bias)

@@ -4,6 +4,7 @@ bias in words for its report, the traced models' stability table, and `llc_stabi
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +31,26 @@ def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, te
         return f"not measured: {test} takes it as 0"
     return (f"{bias:.1%} of each λ̂ (measured on models of known LLC, {rules.llc_bias_target()}), added to its "
             f"standard error in {test}")
+
+
+def weighed_bias_text(biases: Iterable[tuple[str, float]], rules: LLCRules) -> str:
+    """The estimator's bias each traced run's test weighed, named by its source (`llc_bias_source`), in words;
+    `biases`: each run's name and bias (NaN: not measured). Runs that weighed the same bias are named together, and
+    not at all when every run did."""
+    source = "the models' own stability" if rules.llc_bias_source == "model" else "the known-answer suite's error"
+
+    def said(bias: float) -> str:
+        if math.isnan(bias):
+            taken = " (taken as 0)" if rules.llc_bias_source == "suite" else ""  # the model's: not testable instead
+            return f"the estimator's bias ({source}) was not measured{taken}"
+        return f"the estimator's relative bias ({source}) {bias:.1%} is added to every standard error"
+
+    runs: dict[str, list[str]] = {}
+    for name, bias in biases:
+        runs.setdefault(said(bias), []).append(name)
+    if len(runs) <= 1:
+        return next(iter(runs), said(math.nan))
+    return "; ".join(f"{text} for {', '.join(names)}" for text, names in runs.items())
 
 
 def stability_table(section: Report, stability: ModelStability | None, points: tuple[str, str] = POINTS) -> None:

@@ -36,6 +36,7 @@ from headway.analysis.statistics import (
     wilson_interval,
     z_score,
 )
+from headway.studies.llc_bias import weighed_bias_text
 from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import ModularTables
@@ -237,22 +238,9 @@ def llc_falls_at_grokking(llc: pd.DataFrame, rules: ModularRules, *, claim: Clai
 
 
 def _bias_text(llc: pd.DataFrame, rules: ModularRules) -> str:
-    """The estimator's bias the rows' standard errors were computed with (their `bias`), named by its source
-    (`llc_bias_source`), in words."""
-    source = "the models' own stability" if rules.llc_bias_source == "model" else "the known-answer suite's error"
-
-    def said(bias: float) -> str:
-        if pd.isna(bias):
-            taken = " (taken as 0)" if rules.llc_bias_source == "suite" else ""  # the model's: not testable instead
-            return f"the estimator's bias ({source}) was not measured{taken}"
-        return f"the estimator's relative bias ({source}) {bias:.1%} is added to every standard error"
-
-    runs: dict[str, list[str]] = {}
-    for row in llc.itertuples():
-        runs.setdefault(said(row.bias), []).append(f"seed {row.seed} wd {row.weight_decay:g}")
-    if len(runs) <= 1:
-        return next(iter(runs), said(math.nan))
-    return "; ".join(f"{text} for {', '.join(names)}" for text, names in runs.items())
+    """The estimator's bias the rows' standard errors were computed with (their `bias`), in words."""
+    return weighed_bias_text(((f"seed {row.seed} wd {row.weight_decay:g}", row.bias) for row in llc.itertuples()),
+                             rules)
 
 
 def _unpaired(g, c) -> str:

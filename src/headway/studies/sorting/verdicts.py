@@ -17,6 +17,7 @@ import pandas as pd
 from headway.analysis.development import Development
 from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, normal_power,
                                          poisson_binomial_tail, stratified_shortfall, wilson_interval)
+from headway.studies.llc_bias import weighed_bias_text
 from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
@@ -329,39 +330,24 @@ def llc_rises_then_falls(development: list[Development], rules: SortingRules, *,
     shown = _bias_text(development, rules)
     usable = [t for t in tested.values() if not t.unusable]
     if not usable:
-        return claim.not_testable("no traced run has a valid LLC curve to test", f"{courses}. LLC {shown}.")
+        return claim.not_testable("no traced run has a valid LLC curve to test", f"{courses}; {shown}.")
     if rules.llc_bias_source == "model" and any(math.isnan(traced.bias) for traced in development):
         return claim.not_testable("the traced models' own LLC stability, the bias this test weighs "
                                   "(llc_bias_source = model), was not measured on every testable run (an analysis "
                                   "made before the study measured it); analyse the runs again to measure it",
-                                  f"{courses}. LLC {shown}.")
+                                  f"{courses}; {shown}.")
     count = sum(t.counted for t in usable)
     probabilities = [rules.llc_effect_share * t.power for t in usable]
     evidence = (f"{share_text(count, len(usable))} usable traced runs rise and fall (Wilson 95% interval; "
-                f"{len(tested) - len(usable)} of {len(tested)} traced runs unusable). {courses}. LLC {shown}.")
+                f"{len(tested) - len(usable)} of {len(tested)} traced runs unusable). {courses}; {shown}.")
     return claim.finding(evidence, binomial_tail(count, len(usable), level),
                          lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
 
 
 def _bias_text(development: list[Development], rules: SortingRules) -> str:
     """The estimator's bias as the traced runs' tests weighed it, read off the runs themselves (`bias` of each
-    Development: NaN when it was not measured, then weighed as 0 for the suite's), named by its source
-    (`llc_bias_source`)."""
-    source = ("the models' own stability" if rules.llc_bias_source == "model"
-              else "the known-answer suite's error")
-
-    def said(bias: float) -> str:
-        if math.isnan(bias):
-            taken = " (taken as 0)" if rules.llc_bias_source == "suite" else ""  # the model's: not testable instead
-            return f"estimator bias ({source}) not measured{taken}"
-        return f"estimator bias ({source}) {bias:.0%} of each λ̂, added to its uncertainty"
-
-    runs: dict[str, list[str]] = {}
-    for traced in development:
-        runs.setdefault(said(traced.bias), []).append(traced.run_id)
-    if len(runs) == 1:
-        return next(iter(runs))
-    return "; ".join(f"{text} for run(s) {', '.join(ids)}" for text, ids in runs.items())
+    Development: NaN when it was not measured), in words."""
+    return weighed_bias_text(((f"run {traced.run_id}", traced.bias) for traced in development), rules)
 
 
 def _courses(development: list[Development], tested: dict[str, RunTest]) -> str:
