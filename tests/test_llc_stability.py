@@ -16,6 +16,7 @@ from headway.analysis.llc.stability import (FIRST, LAST, PEAK, model_stability, 
                                              variant_settings)
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, refusal
 from headway.errors import ConfigError
+from headway.studies.llc_bias import errors_text, weighed_bias_text
 from headway.studies.sorting.plan import study_plan
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.study import SortingStudy
@@ -169,3 +170,20 @@ def test_fresh_data_runs_are_traced_pool_by_pool_and_their_stability_measured(tm
     again = json.loads((out / "summary.json").read_text())
     assert again["llc_stability"] is None and again["llc_bias"] != summary["llc_bias"]
     assert again["seconds"]["analysis_s"] < 5  # nothing sampled again but the suite
+
+
+def test_a_caption_says_whether_its_p_values_weighed_a_bias_and_the_bias_text_groups_runs():
+    """A table's p-values weigh the bias shown above them only when one was measured; unmeasured, the models'
+    stability leaves them descriptive and the suite's takes it as 0. Runs that weighed the same bias are named
+    together, and not at all when every run did."""
+    model, suite = SortingRules(), SortingRules(llc_bias_source="suite")
+    assert errors_text(0.02, model) == errors_text(0.02, suite) == "with the estimator's bias above weighed in"
+    assert "descriptive only" in errors_text(math.nan, model)
+    assert errors_text(math.nan, suite) == "with the estimator's bias taken as 0 (not measured)"
+    same = weighed_bias_text([("run a", 0.02), ("run b", 0.02)], model)
+    assert same == "the estimator's relative bias (the models' own stability) 2.0% is added to every standard error"
+    mixed = weighed_bias_text([("run a", 0.02), ("run b", math.nan), ("run c", 0.02)], suite)
+    assert mixed == ("the estimator's relative bias (the known-answer suite's error) 2.0% is added to every standard "
+                     "error for run a, run c; the estimator's bias (the known-answer suite's error) was not measured "
+                     "(taken as 0) for run b")
+    assert weighed_bias_text([], model) == "the estimator's bias (the models' own stability) was not measured"

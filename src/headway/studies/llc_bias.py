@@ -33,6 +33,18 @@ def bias_said(bias: float, stability: ModelStability | None, rules: LLCRules, te
             f"standard error in {test}")
 
 
+def errors_text(bias: float, rules: LLCRules) -> str:
+    """What a table's standard errors and p-values weigh besides the chains' noise, for its caption: the bias shown
+    above it, or, when none was measured, that they are descriptive (the models' stability: the claim is not
+    testable) or take it as 0 (the suite's)."""
+    if not math.isnan(bias):
+        return "with the estimator's bias above weighed in"
+    if rules.llc_bias_source == "suite":
+        return "with the estimator's bias taken as 0 (not measured)"
+    return ("without the estimator's bias, which was not measured: descriptive only, since the claim is then not "
+            "testable")
+
+
 def weighed_bias_text(biases: Iterable[tuple[str, float]], rules: LLCRules) -> str:
     """The estimator's bias each traced run's test weighed, named by its source (`llc_bias_source`), in words;
     `biases`: each run's name and bias (NaN: not measured). Runs that weighed the same bias are named together, and

@@ -17,7 +17,7 @@ from headway.report.html import Report
 from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
-from headway.studies.llc_bias import bias_said, stability_table, write_stability
+from headway.studies.llc_bias import bias_said, errors_text, stability_table, write_stability
 from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
@@ -144,8 +144,9 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
                        "The LLC estimator's bias the rise and fall are weighed against.")
     stability_table(section, tables.stability, STABILITY_POINTS)
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
-                  "/ peak and fall (peak − final) / peak with their standard errors (chains and bias); development's "
-                  "one-sided p of each; invalid: why the run's fall cannot be read.", float_format="{:.3g}")
+                  "/ peak and fall (peak − final) / peak with their standard errors (the chains'), development's "
+                  f"one-sided p of each, {errors_text(tables.llc_bias, data.rules)}; invalid: why the run's fall "
+                  "cannot be read.", float_format="{:.3g}")
     for traced in tables.development:
         title = run_title(tables.runs, traced.run_id)
         section.figure(save_figure(plot_development(traced.loss, traced.llc, traced.boundaries, title),

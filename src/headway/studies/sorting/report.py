@@ -19,7 +19,7 @@ from headway.report.messages import said_once
 from headway.runs import layout
 from headway.runs.store import load_runs
 from headway.studies.base import ANALYSIS, RUNS, StudyData
-from headway.studies.llc_bias import bias_said, stability_table, write_stability
+from headway.studies.llc_bias import bias_said, errors_text, stability_table, write_stability
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_level, run_test
@@ -214,7 +214,8 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
     section.table(_rise_fall_table(tables, data.rules), "The rise-and-fall test of each traced run (its p: the larger "
                   "of p_rise and p_fall times the candidate peaks; a run passes at p ≤ "
                   f"{run_level(data.rules):.3g}; power: its chance to pass if the LLC rose and fell "
-                  f"{data.rules.llc_fall:.0%} of its peak), with the estimator bias above.", float_format="{:.3g}")
+                  f"{data.rules.llc_fall:.0%} of its peak), {errors_text(tables.llc_bias, data.rules)}.",
+                  float_format="{:.3g}")
     for traced in tables.development:
         title, frame = run_title(traced), traced.llc
         section.figure(save_figure(plot_development(traced.loss, frame, traced.boundaries, title),
