@@ -51,7 +51,7 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
         if "development_seeds" in grid:
             plan = plan.with_overrides(seeds=tuple(grid["seeds"]), development_seeds=tuple(grid["development_seeds"]),
                                        fresh_data=grid["fresh_data"], llc_first_step=grid["llc_first_step"],
-                                       llc_burnin=grid.get("llc_burnin"))
+                                       llc_burnin=grid.get("llc_burnin"), llc_draws=grid.get("llc_draws"))
     if "conditions" in summary:  # a search: its conditions, seeds and what it classified on
         plan = plan.with_overrides(**{key: tuple(summary[key]) if isinstance(summary[key], list) else summary[key]
                                       for key in ("conditions", "seeds", "examples", "classify_step", "compare_gaps")

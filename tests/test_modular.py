@@ -120,18 +120,26 @@ def test_data_and_study_commands(tmp_path, capsys):
     assert "train_fraction = 1.5" in capsys.readouterr().err
 
 
-def test_llc_burnin_replaces_every_chains_burn_in_and_only_when_given():
-    """--llc-burnin puts its value into the plan's SGLD settings (and so into the analysis stamp and summary), in
-    both tracing studies; unset, the scale's settings stay exactly as they were; a bad value names itself."""
+def test_llc_burnin_and_draws_replace_every_chains_length_and_only_when_given():
+    """--llc-burnin and --llc-draws put their values into the plan's SGLD settings (and so into the analysis stamp
+    and summary), in both tracing studies, each leaving the other as the scale's; unset, the scale's settings stay
+    exactly as they were; a bad value names itself."""
     from headway.studies.sorting.plan import study_plan as sorting_plan
 
     for plan in (study_plan("cpu"), sorting_plan("cpu")):
         longer = plan.with_overrides(llc_burnin=4 * plan.sgld.burnin)
         assert longer.sgld.burnin == 4 * plan.sgld.burnin and longer.sgld.draws == plan.sgld.draws
-        assert plan.llc_burnin is None and plan.with_overrides(llc_burnin=None).sgld == plan.sgld
-        assert "each chain" in longer.describe()[1] and "(--llc-burnin)" in longer.describe()[1]
-        with pytest.raises(ConfigError, match="llc_burnin = 0 is invalid"):
-            plan.with_overrides(llc_burnin=0)
+        more = plan.with_overrides(llc_draws=3 * plan.sgld.draws)
+        assert more.sgld.draws == 3 * plan.sgld.draws and more.sgld.burnin == plan.sgld.burnin
+        both = plan.with_overrides(llc_burnin=7, llc_draws=9)
+        assert (both.sgld.burnin, both.sgld.draws) == (7, 9) and both.sgld.lr == plan.sgld.lr
+        assert plan.llc_burnin is None and plan.llc_draws is None
+        assert plan.with_overrides(llc_burnin=None, llc_draws=None).sgld == plan.sgld
+        assert "(the scale's) and" in plan.describe()[1] and "draws (the scale's)" in plan.describe()[1]
+        assert "(--llc-burnin)" in longer.describe()[1] and "draws (--llc-draws)" in more.describe()[1]
+        for name in ("llc_burnin", "llc_draws"):
+            with pytest.raises(ConfigError, match=f"{name} = 0 is invalid"):
+                plan.with_overrides(**{name: 0})
 
 
 def test_an_analysis_before_the_stability_stays_current_without_it():

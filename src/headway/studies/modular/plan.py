@@ -11,7 +11,7 @@ from headway.errors import ConfigError
 from headway.runs.config import RunConfig
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
-from headway.studies.llc_burnin import apply_llc_burnin, llc_burnin_field, traced_line
+from headway.studies.llc_chains import apply_llc_chains, llc_burnin_field, llc_draws_field, traced_line
 from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
@@ -40,6 +40,7 @@ class ModularPlan(Plan):
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
     llc_burnin: int | None = llc_burnin_field()
+    llc_draws: int | None = llc_draws_field()
     fresh_data: bool = fresh_data_field()
 
     def __post_init__(self) -> None:
@@ -55,7 +56,7 @@ class ModularPlan(Plan):
             check_int("llc_budget", self.llc_budget, 2)
         # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
         check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
-        apply_llc_burnin(self)
+        apply_llc_chains(self)
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (train fraction, weight decay, seed) order; every run trains full-batch (its batch

@@ -12,7 +12,7 @@ from headway.runs.config import RunConfig
 from headway.runs.cost import GPU_STEP_BASE_S, GPU_STEP_PER_LAYER_S
 from headway.settings import check_int, check_number
 from headway.studies.base import Plan, axis
-from headway.studies.llc_burnin import apply_llc_burnin, llc_burnin_field, traced_line
+from headway.studies.llc_chains import apply_llc_chains, llc_burnin_field, llc_draws_field, traced_line
 from headway.studies.fresh_data import data_line, fresh_data_field, on_fresh_data
 from headway.tasks.registry import scale_settings
 
@@ -57,6 +57,7 @@ class SortingPlan(Plan):
         "SGLD steps a chain within which the LLC's settings are chosen for each ensemble ('fixed': the scale's "
         "settings as given; docs/decisions.md).", words={"fixed": None}))
     llc_burnin: int | None = llc_burnin_field()
+    llc_draws: int | None = llc_draws_field()
     llc_weights: str = field(default="all,heads", metadata=axis(
         "Weight groups of the LLC trace: all (the whole model), heads (each head alone), embed, unembed."))
     examples: int = field(default=2000, metadata=axis("Lists each model is analysed on."))
@@ -82,7 +83,7 @@ class SortingPlan(Plan):
         check_int("examples", self.examples, 1)
         # every task and recipe setting is checked before anything trains; the last checkpoint is at the last step
         check_int("llc_first_step", self.llc_first_step, 0, max(run.train.steps for run in self.runs()))
-        apply_llc_burnin(self)
+        apply_llc_chains(self)
 
     def grids(self) -> dict[str, list[RunConfig]]:
         """One grid, in (data, weight decay, seed) order, each seed on its own lists with `fresh_data`."""
