@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import itertools
 import json
 import math
@@ -10,6 +11,7 @@ import warnings
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -30,10 +32,12 @@ from headway.analysis.llc import (
     sgld_step,
     weight_masks,
 )
+from headway.analysis.llc.diagnostics import drift
 from headway.errors import ConfigError
 from headway.model.config import ModelConfig
 from headway.model.flat import FlatParameters
 from headway.model.transformer import EnsembleTransformer
+from headway.studies.llc_schema import curve_csv
 
 # Regular-model sampling: nβ = 128/ln 128 ≈ 26 ≫ γ = 0.1, so the localisation shrinks λ̂ by only
 # nβ/(nβ + γ) ≈ 0.996; ε·(nβ + γ) ≈ 0.1 makes the SGLD discretisation bias about +3% and the weights
@@ -524,3 +528,31 @@ def test_a_compiled_sampler_gives_the_eager_numbers_to_float_rounding(recwarn):
     assert not [w for w in recwarn if "compiling the" in str(w.message)]  # … and did not fall back to eager
     np.testing.assert_allclose(compiled.loss_trace, eager.loss_trace, rtol=1e-4)
     np.testing.assert_allclose(compiled.llc_mean, eager.llc_mean, rtol=1e-3)
+
+
+def test_drift_reads_a_slow_climb_the_quarter_check_lets_pass():
+    rng = np.random.default_rng(3)
+    init, draws = 0.5, 2400
+    settled = 1.0 + 0.05 * rng.standard_normal((4, draws))
+    assert abs(drift(settled, init)) < 0.01
+    ramp = np.broadcast_to(1.0 + np.linspace(0.0, 0.1, draws), (4, draws))
+    # The last quarter sits 0.025 above the third, 4.5% of the mean rise 0.55: under trend_fraction's 10%, so the
+    # chains count as settled; their halves differ by 0.05, 9.1% of λ̂.
+    assert 0.025 < ValidityLimits().trend_fraction * 0.55
+    assert drift(ramp, init) == pytest.approx(0.05 / 0.55, rel=1e-3)
+
+
+@pytest.mark.parametrize("trace, init", [(np.ones((4, 1)), 0.5), (np.array([[1.0, np.nan]]), 0.5),
+                                         (np.ones((2, 10)), 1.5), (np.ones(10), 0.5)])
+def test_drift_is_nan_where_it_means_nothing(trace, init):
+    assert math.isnan(drift(trace, init))
+
+
+def test_the_curve_csv_adds_each_estimates_drift_and_drops_the_traces():
+    ramp = [list(1.0 + np.linspace(0.0, 0.1, 100))] * 2
+    curve = pd.DataFrame({"step": [1, 2], "llc_mean": [50.0, 60.0], "init_loss": [0.5, 0.5],
+                          "loss_trace": [ramp, [[1.0] * 100] * 2]})
+    table = pd.read_csv(io.StringIO(curve_csv(curve)))
+    assert "loss_trace" not in table.columns
+    assert table.llc_drift.tolist() == pytest.approx([0.05 / 0.55, 0.0], abs=2e-3)
+    assert "llc_drift" not in pd.read_csv(io.StringIO(curve_csv(curve.drop(columns="loss_trace")))).columns

@@ -97,6 +97,17 @@ def test_checkpoints_with_negative_or_diverged_llc_never_make_the_peak():
     assert nothing.peak_step == -1 and not nothing.rises_then_falls and len(nothing.excluded) == 8
 
 
+def test_a_heads_course_is_read_from_its_own_curve():
+    metrics, whole = traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370])
+    head = whole.assign(weights="L0H1", llc_mean=[-40.0, -30, 20, 25, 30, 35, 40, 45])  # still rising at the end
+    trace = pd.concat([whole, head])
+    run = development("r", metrics, trace, fall=0.1, validity=LIMITS)
+    alone = development("r", metrics, trace, fall=0.1, validity=LIMITS, weights="L0H1")
+    assert run.weights == "all" and run.peak == 600 and run.rises_then_falls
+    assert alone.weights == "L0H1" and alone.peak == 45 == alone.final and alone.peak_step == 1000
+    assert alone.start == 20 and not alone.rises_then_falls
+
+
 def test_llc_verdict_states_its_test_and_groups_seeds_by_condition():
     rules = SortingRules(llc_bias_source="suite")  # the runs below weigh no bias
     falls = development("a", *traced_run([-4000, -3000, 200, 400, 600, 450, 400, 370], run_id="a"), fall=0.1,
@@ -204,6 +215,11 @@ def test_sorting_study_end_to_end_on_a_small_grid(tmp_path):
     assert np.isfinite(results.llc).all()
     curve = pd.read_csv(out / "llc_curve.csv")
     assert set(curve.weights) == {"all", "L0H0", "L0H1"} and curve.step.nunique() == 4
+    assert curve.llc_drift.notna().any()  # each estimate's drift from its kept loss traces
+    heads = pd.DataFrame(summary["llc_heads"])  # each traced run's heads read by the rise-and-fall rule
+    assert len(heads) == 4 and set(heads.weights) == {"L0H0", "L0H1"} and heads.run_id.nunique() == 2
+    assert set(heads["mode"]) <= {"splitting", "copy_suppression", "overlapping", "other"}
+    assert "restricted LLC over training, read by the rise-and-fall" in html
     # the settings were chosen once, within the budget, and every estimate (trace and final) was taken at them
     choice = summary["sgld_choice"]
     assert choice.startswith("h_max = ") and set(curve.choice) == {choice}

@@ -28,7 +28,8 @@ def trace_steps(saved: list[int], count: int) -> list[int]:
 @dataclass
 class Development:
     """One traced run over training: its metrics and LLC rows, the stage boundaries and stages the
-    stage rule finds, and where the whole-model LLC peaks among the valid checkpoints (`valid_llc`)."""
+    stage rule finds, and where the LLC of its weight group (`weights`, the whole model by default) peaks among
+    the valid checkpoints (`valid_llc`)."""
 
     run_id: str
     loss: pd.DataFrame  # the run's metrics rows, by step
@@ -36,8 +37,8 @@ class Development:
     boundaries: pd.DataFrame  # stage_boundaries of the validation loss and the whole-model LLC
     stages: pd.DataFrame  # label_stages of the LLC boundaries
     peak_step: int  # -1 when no checkpoint is valid
-    peak: float  # largest whole-model LLC of the valid checkpoints (NaN: none)
-    final: float  # whole-model LLC at the last valid checkpoint
+    peak: float  # largest LLC of the group at the valid checkpoints (NaN: none)
+    final: float  # the group's LLC at the last valid checkpoint
     rises_then_falls: bool  # the valid curve rises `fall` to an interior peak, then ends `fall` below it
     warnings: list[str]  # distinct SGLD diagnostics of the trace
     excluded: dict[int, str] = field(default_factory=dict)  # traced steps left out of the peak search → why
@@ -46,6 +47,7 @@ class Development:
     p_rise: float = float("nan")  # one-sided p that the peak is above the start only by noise (z-test, see development)
     p_fall: float = float("nan")  # ... that the final value is below the peak only by noise
     bias: float = float("nan")  # the estimator's relative bias weighed into both (NaN: not measured, weighed as 0)
+    weights: str = "all"  # the weight group whose LLC curve the peak, rise and fall are read from
 
     def summary(self, title: str) -> dict:
         """The JSON view of summary.json."""
@@ -81,7 +83,8 @@ def valid_llc(whole: pd.DataFrame, limits: ValidityLimits, resolved_only: bool =
 
 
 def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: float, validity: ValidityLimits,
-                significant: float = 2.0, bias: float = math.nan, resolved_only: bool = False) -> Development:
+                significant: float = 2.0, bias: float = math.nan, resolved_only: bool = False,
+                weights: str = "all") -> Development:
     """The Development of `run_id` from the gathered metrics and LLC trace tables. The peak, rise and fall
     are read from the checkpoints valid by the `validity` limits only (`valid_llc`, resolved ones only with
     `resolved_only`): the peak must be above the
@@ -90,10 +93,11 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     estimator's relative `bias` (measured on models of known LLC; NaN: not measured, weighed as 0, and
     recorded as the Development's `bias` either way) of each value; no valid checkpoint before the peak means
     no rise. `p_rise` and `p_fall` are the one-sided normal p-values of the two differences over that
-    uncertainty (NaN where it is 0: `z_score`)."""
+    uncertainty (NaN where it is 0: `z_score`). `weights` names the weight group whose curve is read (the whole
+    model by default; e.g. "head0" for a head's restricted LLC), the Development's `weights`."""
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
-    whole = llc[llc.weights == "all"].sort_values("step")
+    whole = llc[llc.weights == weights].sort_values("step")
     why = valid_llc(whole, validity, resolved_only)
     valid = (why == "").to_numpy()
     values = np.where(valid, whole.llc_mean.to_numpy(dtype=float), np.nan)
@@ -104,7 +108,7 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     messages = sorted({w for w in llc.warnings if w})
     if not valid.any():
         return Development(run_id, loss, llc, boundaries, stages, -1, float("nan"), float("nan"), False, messages,
-                           excluded, bias=bias)
+                           excluded, bias=bias, weights=weights)
     se = whole.llc_se.to_numpy(dtype=float)
     index = np.flatnonzero(valid)
     first, last, peak = index[0], index[-1], index[np.argmax(values[index])]
@@ -124,4 +128,4 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     p_fall = normal_tail(z(peak, last)) if peak < last else 1.0
     return Development(run_id, loss, llc, boundaries, stages, int(steps[peak]), float(values[peak]),
                        float(values[last]), holds, messages, excluded, int(steps[first]), float(values[first]),
-                       p_rise, p_fall, bias)
+                       p_rise, p_fall, bias, weights)

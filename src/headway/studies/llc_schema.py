@@ -3,6 +3,10 @@ per instance, and a trace of estimates over training (`headway.analysis.llc.trac
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
+from headway.analysis.llc.diagnostics import drift
 from headway.runs.schema import TableSchema
 
 # The columns of `LLCResult.to_frame()` with its resolution (`estimate_llc(resolve=True)`): one row per instance.
@@ -25,3 +29,15 @@ LLC_STABILITY = TableSchema.of({"step": "int", "checkpoint": "str", "variant": "
                                 "batch_size": "int", "burnin": "int", "draws": "int", "instance": "int",
                                 "llc_mean": "float", "llc_se": "float", "acceptance": "float", "invalid": "str",
                                 "change": "float"})
+
+
+def curve_csv(curve: pd.DataFrame) -> str:
+    """A trace as the reports' `llc_curve.csv`: every estimate without its loss traces, plus `llc_drift` (λ̂ of the
+    second half of the draws minus the first's, a share of λ̂: `diagnostics.drift`) where the traces were kept;
+    reported beside the estimate, not a validity check (docs/decisions.md)."""
+    table = curve.copy()
+    if "loss_trace" in table.columns:
+        table["llc_drift"] = [drift(np.array([np.asarray(chain, dtype=float) for chain in chains]), init)
+                              if chains is not None and len(chains) else np.nan
+                              for chains, init in zip(table.loss_trace, table.init_loss)]
+    return table.drop(columns="loss_trace", errors="ignore").to_csv(index=False)

@@ -108,6 +108,21 @@ def _climbing(e: int, rise: np.ndarray, limits: ValidityLimits) -> list[str]:
     return []
 
 
+def drift(trace: np.ndarray, init_loss: float) -> float:
+    """How far λ̂ moved within the chains: λ̂ from the second half of the draws minus λ̂ from the first, as a share of
+    λ̂ from all of them (`trace` [chains, draws] of draw losses; nβ cancels). A settled chain reads about 0 whatever
+    its length; a slow climb that the quarter-to-quarter check (`_climbing`) lets pass shows here. NaN with fewer
+    than two draws, a non-finite draw, or λ̂ ≤ 0."""
+    trace = np.asarray(trace, dtype=float)
+    if trace.ndim != 2 or trace.shape[1] < 2 or not np.isfinite(trace).all():
+        return math.nan
+    half = trace.shape[1] // 2
+    level = float(trace.mean()) - init_loss
+    if not level > 0:
+        return math.nan
+    return float(trace[:, trace.shape[1] - half:].mean() - trace[:, :half].mean()) / level
+
+
 def _batch_means_se(rise: np.ndarray) -> np.ndarray:
     """Standard error of each chain's mean draw from BATCH_MEANS contiguous batch means."""
     batches = min(BATCH_MEANS, rise.shape[1])

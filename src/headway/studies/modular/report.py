@@ -18,6 +18,7 @@ from headway.report.messages import said_once
 from headway.runs import layout
 from headway.studies.base import StudyData
 from headway.studies.llc_bias import bias_said, errors_text, stability_table, write_stability
+from headway.studies.llc_schema import curve_csv
 from headway.studies.modular.llc_fall import STABILITY_POINTS
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
@@ -39,7 +40,7 @@ def write_outputs(data: StudyData, tables: ModularTables, verdicts: list[Verdict
     layout.write_text(out / "results.csv", tables.runs.to_csv(index=False))
     curve = data.tables["llc_curve"]
     if len(curve):
-        layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
+        layout.write_text(out / "llc_curve.csv", curve_csv(curve))
     write_stability(out, data.tables)
 
     report = Report("Grokking modular addition",

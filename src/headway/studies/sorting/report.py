@@ -20,11 +20,12 @@ from headway.runs import layout
 from headway.runs.store import load_runs
 from headway.studies.base import ANALYSIS, RUNS, StudyData
 from headway.studies.llc_bias import bias_said, errors_text, stability_table, write_stability
+from headway.studies.llc_schema import curve_csv
 from headway.studies.sorting.analyse import load_circuits
 from headway.studies.sorting.plan import data_label_of
 from headway.studies.sorting.rise_fall import run_level, run_test
 from headway.studies.sorting.rules import SortingRules
-from headway.studies.sorting.tables import SortingTables, run_title, summary_json, tables_at
+from headway.studies.sorting.tables import SortingTables, head_courses, run_title, summary_json, tables_at
 from headway.studies.sorting.verdicts import CLAIMS, share_text, training_text
 from headway.studies.sensitivity import status_table, sweep_texts, threshold_sensitivity
 from headway.studies.verdict import Verdict, decision_rule, methods_section, verdict_callouts
@@ -41,7 +42,7 @@ def write_outputs(data: StudyData, tables: SortingTables, verdicts: list[Verdict
     layout.write_text(out / "mode_sweep.csv", tables.sweep.to_csv(index=False))
     curve = data.tables["llc_curve"]
     if len(curve):
-        layout.write_text(out / "llc_curve.csv", curve.drop(columns="loss_trace", errors="ignore").to_csv(index=False))
+        layout.write_text(out / "llc_curve.csv", curve_csv(curve))
     write_stability(out, data.tables)
 
     report = Report("Structure development in list-sorting transformers",
@@ -216,6 +217,12 @@ def _development_section(report: Report, data: StudyData, tables: SortingTables,
                   f"{run_level(data.rules):.3g}; power: its chance to pass if the LLC rose and fell "
                   f"{data.rules.llc_fall:.0%} of its peak), {errors_text(tables.llc_bias, data.rules)}.",
                   float_format="{:.3g}")
+    heads = head_courses(tables, data.rules)
+    if len(heads):
+        section.table(heads.drop(columns="run_id"), "Each head's restricted LLC over training, read by the "
+                      "rise-and-fall test's rule (the run's whole-model bias weighed in; descriptive, not a claim): "
+                      "its first valid, peak and last valid λ̂, the fall from the peak, the run's final mode and the "
+                      "step from which that mode held.", float_format="{:.3g}")
     for traced in tables.development:
         title, frame = run_title(traced), traced.llc
         section.figure(save_figure(plot_development(traced.loss, frame, traced.boundaries, title),

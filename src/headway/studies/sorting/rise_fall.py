@@ -1,5 +1,5 @@
-"""The per-run test behind the sorting study's LLC claim: does one traced run's whole-model LLC rise to a
-peak and fall from it beyond noise and the estimator's bias?
+"""The per-run test behind the sorting study's LLC claim: does one traced run's whole-model LLC (or, read the same
+way for the report, one head's restricted LLC) rise to a peak and fall from it beyond noise and the estimator's bias?
 
 A run's p-value is the intersection–union of the one-sided rise and fall tests of
 `headway.analysis.development.development` (p = the larger), times the number of interior valid
@@ -46,7 +46,7 @@ def run_test(traced: Development, rules: SortingRules) -> RunTest:
     with (`traced.bias`), so its power and p-values share one bias. Unusable when it has fewer than three valid
     checkpoints (no interior peak is possible), its last traced checkpoint is invalid (the fall would be read
     before an estimate the sampler lost), or its rise or fall has no p-value (no uncertainty to weigh it by)."""
-    whole = traced.llc[traced.llc.weights == "all"].sort_values("step")
+    whole = traced.llc[traced.llc.weights == traced.weights].sort_values("step")
     steps = whole.step.to_numpy()
     valid = ~np.isin(steps, list(traced.excluded))
     if valid.sum() < 3:

@@ -44,6 +44,7 @@ class SortingTables:
     sweep: pd.DataFrame = field(default_factory=pd.DataFrame)  # per run × swept threshold value: the mode
     llc_bias: float = math.nan  # the LLC estimator's relative bias the rise-and-fall test weighs (NaN: not measured)
     stability: ModelStability | None = None  # the traced models' own stability (`llc_bias_source` "model"), else None
+    heads: list[Development] = field(default_factory=list)  # each traced run's heads (restricted LLCs), if traced
 
 
 def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
@@ -59,9 +60,13 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     traced = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
                            llc_bias, rules.llc_resolved_only)
               for run_id in curve.run_id.unique()] if len(curve) else []
+    groups = sorted(set(curve.weights) - {"all"}) if len(curve) else []
+    heads = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
+                         llc_bias, rules.llc_resolved_only, group)
+             for run_id in curve.run_id.unique() for group in groups]
     return SortingTables(final=final, fractions=mode_fractions(final, rules.learned),
                          gap_test=gap_test_with_power(final, rules),
-                         development=traced, weight_decays=tuple(data.plan.weight_decays),
+                         development=traced, heads=heads, weight_decays=tuple(data.plan.weight_decays),
                          ablation=data.tables["ablation"], dla=data.tables["dla"],
                          sweep=mode_sweep(final, data.tables["mode_sweep"]), llc_bias=llc_bias,
                          stability=stability)
@@ -183,6 +188,30 @@ def run_title(traced: Development) -> str:
     return f"{traced.llc.data.iloc[0]}, wd {row.weight_decay:g}, seed {int(row.seed)}"
 
 
+def head_courses(tables: SortingTables, rules: SortingRules) -> pd.DataFrame:
+    """One row per traced run and head: its restricted LLC's start, peak and last valid value, read by the
+    rise-and-fall test's own rule (`run_test`, the run's whole-model bias weighed in), beside the run's final mode and
+    the step from which that mode held: whether specialisation shows head by head. Descriptive, not a claim."""
+    final = tables.final.set_index("run_id")
+    rows = []
+    for traced in tables.heads:
+        tested = run_test(traced, rules)
+        run = final.loc[traced.run_id] if traced.run_id in final.index else None
+        rows.append({"run": run_title(traced), "run_id": traced.run_id, "weights": traced.weights,
+                     "mode": None if run is None else run["mode"],
+                     "mode_settled_step": None if run is None else run.get("settled_step"),
+                     "valid": int(traced.llc[traced.llc.weights == traced.weights].step.nunique()
+                                  - len(traced.excluded)),
+                     "start_step": traced.start_step, "start": traced.start, "peak_step": traced.peak_step,
+                     "peak": traced.peak, "final": traced.final,
+                     "fall": 1 - traced.final / traced.peak if traced.peak > 0 else math.nan,
+                     "p_rise": traced.p_rise, "p_fall": traced.p_fall, "p": tested.p,
+                     "rises_and_falls": tested.counted, "unusable": tested.unusable})
+    return pd.DataFrame(rows, columns=["run", "run_id", "weights", "mode", "mode_settled_step", "valid", "start_step",
+                                       "start", "peak_step", "peak", "final", "fall", "p_rise", "p_fall", "p",
+                                       "rises_and_falls", "unusable"])
+
+
 def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict],
                  sensitivity: pd.DataFrame) -> dict[str, Any]:
     """Machine-readable results: the grid, accuracies, mode counts, the gap test, each traced run's LLC
@@ -210,6 +239,8 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         "gap_test": None if tables.gap_test is None
         else {k: v for k, v in tables.gap_test.items() if k != "simulated_p"},  # the verdict gives its power
         "development": development,
+        "llc_heads": [{k: plain_value(v) for k, v in row.items()}
+                      for row in head_courses(tables, rules).drop(columns="run").to_dict("records")],
         "llc_bias": None if math.isnan(tables.llc_bias) else tables.llc_bias,
         "llc_bias_source": rules.llc_bias_source,
         "llc_stability": None if tables.stability is None else tables.stability.summary(),
