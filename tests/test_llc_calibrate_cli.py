@@ -50,9 +50,12 @@ def test_the_preconditioned_sampler_is_a_base_option(trained, tmp_path, capsys):
                        "--preconditioner", preconditioner, "--out", str(csv)])
         assert status == 0, capsys.readouterr().err
         tables[preconditioner] = pd.read_csv(csv)
-    # ε 0.1 in weight units throws plain SGLD's chains out (λ̂ ~1e26); as a tenth of each coordinate's stiffness,
-    # the preconditioned chains stay near w*
-    assert tables["none"].llc_mean.abs().max() > 1e6
+    # ε 0.1 in weight units throws plain SGLD's chains out: how far within five draws depends on the CPU's float
+    # rounding (λ̂ ~1e26 on one machine; on another one chain went non-finite and the other read 54 with a MALA
+    # acceptance of 1e-22), so each plain row is non-finite, huge or all but never accepted; as a tenth of each
+    # coordinate's stiffness, the preconditioned chains stay near w*
+    plain = tables["none"]
+    assert (plain.llc_mean.isna() | (plain.llc_mean.abs() > 1e6) | (plain.acceptance < 1e-6)).all()
     assert tables["diagonal"].llc_mean.notna().all() and tables["diagonal"].llc_mean.abs().max() < 1e3
 
 

@@ -10,7 +10,7 @@ from headway.analysis.llc.calibration import calibrate_sgld, calibration_grid, c
 from test_llc import half_mse, regression
 
 COLUMNS = ["lr", "batch_size", "localization", "burnin", "draws", "instance", "llc_mean", "llc_se", "acceptance",
-           "n_warnings", "warnings", "lr_change", "batch_change", "stable", "accepted"]
+           "llc_drift", "n_warnings", "warnings", "lr_change", "batch_change", "stable", "accepted"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: a second thread only slows them
@@ -36,6 +36,7 @@ def test_sweep_on_a_regular_model_reports_each_setting_and_picks_a_stable_accept
     assert pd.isna(row.loc[(0.1, 512)].lr_change) and pd.isna(row.loc[(0.4, 1024)].batch_change)  # no neighbour
     assert row.loc[(0.4, 512)].stable and row.loc[(0.4, 512)].accepted
     assert row.loc[(0.4, 512)].llc_mean == pytest.approx(2.0, rel=0.15)
+    assert abs(row.loc[(0.4, 512)].llc_drift) < 0.1  # the chains settled: their two halves read alike
     assert choose_setting(table) == {"lr": 0.4, "batch_size": 512, "localization": 0.01}
     assert choose_setting(table.assign(accepted=False)) is None
     assert choose_setting(table.assign(accepted=False), acceptance=False) == choose_setting(table)

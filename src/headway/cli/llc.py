@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # torch and pandas load when the command runs, not for its he
 
 MAX_CHAINS = 4096  # SGLD chains per instance: each is a copy of the model's weights, sampled in one batch
 SHOWN = ["ensemble", "step", "run_id", "lr", "batch_size", "localization", "llc_mean", "llc_se", "acceptance",
-         "lr_change", "batch_change", "stable", "accepted"]
+         "llc_drift", "lr_change", "batch_change", "stable", "accepted"]
 # The base settings a single value each may replace, and the type of each.
 BASE_TYPES = {"nbeta": float, "chains": int, "draws": int, "burnin": int, "seed": int, "preconditioner": str}
 

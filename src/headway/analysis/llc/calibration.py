@@ -18,6 +18,7 @@ import pandas as pd
 from torch import Tensor, nn
 
 from headway.analysis.llc import MIN_ACCEPTANCE, LossFn, SGLDSettings, anchor_loss, estimate_llc
+from headway.analysis.llc.diagnostics import drift
 from headway.analysis.llc.module_ensemble import ModuleLossFn
 from headway.progress import tracked
 
@@ -45,15 +46,17 @@ def calibrate_sgld(model: nn.Module, loss_fn: LossFn | ModuleLossFn, tokens: Ten
                    desc: str = "SGLD calibration") -> pd.DataFrame:
     """λ̂ of every instance of `model` at every setting of `calibration_grid` (inputs as `estimate_llc`),
     judged by `judge_calibration`, with a progress bar (`desc`, one tick a setting) when `progress`. Rows: lr,
-    batch_size, localization, burnin, draws, instance, llc_mean, llc_se, acceptance, n_warnings, warnings,
-    lr_change, batch_change, stable, accepted."""
+    batch_size, localization, burnin, draws, instance, llc_mean, llc_se, acceptance, llc_drift (`diagnostics.drift`:
+    whether the chains settled within the draws), n_warnings, warnings, lr_change, batch_change, stable, accepted."""
     anchor = anchor_loss(model, loss_fn, tokens, targets, base)
     rows = []
     grid = calibration_grid(base, lrs, batch_sizes, localizations)
     for settings in tracked(grid, desc, "setting", enabled=progress):
-        frame = estimate_llc(model, loss_fn, tokens, targets, settings, mask=mask, init_loss=anchor).to_frame()
-        rows.append(frame[["instance", "llc_mean", "llc_se", "acceptance", "n_warnings", "warnings"]].assign(
-            **{name: getattr(settings, name) for name in (*SETTING, "burnin", "draws")}))
+        result = estimate_llc(model, loss_fn, tokens, targets, settings, mask=mask, init_loss=anchor)
+        frame = result.to_frame().assign(llc_drift=[drift(chains, init) for chains, init
+                                                    in zip(result.loss_trace, result.init_loss)])
+        rows.append(frame[["instance", "llc_mean", "llc_se", "acceptance", "llc_drift", "n_warnings", "warnings"]]
+                    .assign(**{name: getattr(settings, name) for name in (*SETTING, "burnin", "draws")}))
     table = pd.concat(rows, ignore_index=True)
     front = [*SETTING, "burnin", "draws"]
     return judge_calibration(table[front + [c for c in table.columns if c not in front]])
