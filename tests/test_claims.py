@@ -52,6 +52,8 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
             plan = plan.with_overrides(seeds=tuple(grid["seeds"]), development_seeds=tuple(grid["development_seeds"]),
                                        fresh_data=grid["fresh_data"], llc_first_step=grid["llc_first_step"],
                                        llc_burnin=grid.get("llc_burnin"), llc_draws=grid.get("llc_draws"))
+            if "llc_weights" in grid:  # the weight groups traced (recorded since the per-head traces)
+                plan = plan.with_overrides(llc_weights=grid["llc_weights"])
     if "conditions" in summary:  # a search: its conditions, seeds and what it classified on
         plan = plan.with_overrides(**{key: tuple(summary[key]) if isinstance(summary[key], list) else summary[key]
                                       for key in ("conditions", "seeds", "examples", "classify_step", "compare_gaps")

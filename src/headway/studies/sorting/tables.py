@@ -63,7 +63,7 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> SortingTables:
     groups = sorted(set(curve.weights) - {"all"}) if len(curve) else []
     heads = [development(run_id, data.metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_change_z,
                          llc_bias, rules.llc_resolved_only, group)
-             for run_id in curve.run_id.unique() for group in groups]
+             for run_id in curve.run_id.unique() for group in groups] if groups else []
     return SortingTables(final=final, fractions=mode_fractions(final, rules.learned),
                          gap_test=gap_test_with_power(final, rules),
                          development=traced, heads=heads, weight_decays=tuple(data.plan.weight_decays),
@@ -229,7 +229,7 @@ def summary_json(data: StudyData, tables: SortingTables, verdicts: list[Verdict]
         "grid": {"data": [data_label_of(d) for d in plan.data], "weight_decays": list(plan.weight_decays),
                  "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
                  "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step, "llc_burnin": plan.llc_burnin,
-                 "llc_draws": plan.llc_draws},
+                 "llc_draws": plan.llc_draws, "llc_weights": plan.llc_weights},
         "realised_mean_gap": final.groupby("data").mean_gap.first().to_dict(),
         "accuracy": {"min_per_token": float(final.val_accuracy.min()),
                      "median_list": float(final.val_list_accuracy.median()),
