@@ -94,7 +94,7 @@ def development(run_id: str, metrics: pd.DataFrame, trace: pd.DataFrame, fall: f
     recorded as the Development's `bias` either way) of each value; no valid checkpoint before the peak means
     no rise. `p_rise` and `p_fall` are the one-sided normal p-values of the two differences over that
     uncertainty (NaN where it is 0: `z_score`). `weights` names the weight group whose curve is read (the whole
-    model by default; e.g. "head0" for a head's restricted LLC), the Development's `weights`."""
+    model by default; e.g. "L0H1" for a head's restricted LLC), the Development's `weights`."""
     loss = metrics[metrics.run_id == run_id].sort_values("step")
     llc = trace[trace.run_id == run_id]
     whole = llc[llc.weights == weights].sort_values("step")

@@ -37,7 +37,6 @@ def curve_csv(curve: pd.DataFrame) -> str:
     reported beside the estimate, not a validity check (docs/decisions.md)."""
     table = curve.copy()
     if "loss_trace" in table.columns:
-        table["llc_drift"] = [drift(np.array([np.asarray(chain, dtype=float) for chain in chains]), init)
-                              if chains is not None and len(chains) else np.nan
+        table["llc_drift"] = [drift(np.stack(chains), init) if chains is not None and len(chains) else np.nan
                               for chains, init in zip(table.loss_trace, table.init_loss)]
     return table.drop(columns="loss_trace", errors="ignore").to_csv(index=False)
