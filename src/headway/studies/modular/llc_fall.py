@@ -39,11 +39,19 @@ def unreadable(traced: Development) -> str:
             f"{', '.join(map(str, after))}: {'; '.join(reasons)})")
 
 
+def share_se(part_noise: float, part: float, peak_noise: float, peak: float) -> float:
+    """The first-order standard error of the share 1 − part / peak, from the noise of `part` and of `peak`: an
+    error in the peak moves the share by part / peak of itself, so where the model has fallen far it barely
+    counts (a fall's share is read against the peak it fell from, not their difference)."""
+    return math.hypot(part_noise, part / peak * peak_noise) / peak
+
+
 def llc_table(developments: list[Development], runs: pd.DataFrame) -> pd.DataFrame:
     """One row per traced run (LLC_COLUMNS): its grid coordinates and grokking, its first valid, peak and last
-    valid λ̂, the rise (peak − start) / peak and the fall (peak − final) / peak with standard errors over the
-    peak (each value's SE and the bias its Development was weighed with × value, in quadrature, as
-    `development` weighs them), development's p-values, how many valid checkpoints after the first the peak
+    valid λ̂, the rise (peak − start) / peak with the standard error of its difference over the peak (each value's
+    SE and the bias its Development was weighed with × value, in quadrature, as `development` weighs them; the
+    rise's p is development's test of that difference) and the fall (peak − final) / peak with the share's own
+    standard error (`share_se`, the same noises), development's p-values, how many valid checkpoints after the first the peak
     was chosen from (the rise's p is selected over them), why its fall is unreadable ("" when it is not), and
     that bias (NaN: not measured, weighed as 0)."""
     meta = runs.set_index("run_id")
@@ -69,7 +77,7 @@ def llc_table(developments: list[Development], runs: pd.DataFrame) -> pd.DataFra
             "rise": (traced.peak - traced.start) / traced.peak if readable else math.nan,
             "rise_se": math.hypot(peak_noise, noise(traced.start_step)) / traced.peak if readable else math.nan,
             "fall": (traced.peak - traced.final) / traced.peak if readable else math.nan,
-            "fall_se": math.hypot(peak_noise, noise(final_step)) / traced.peak if readable else math.nan,
+            "fall_se": share_se(noise(final_step), traced.final, peak_noise, traced.peak) if readable else math.nan,
             "peak_candidates": max(0, len(valid) - 1), "p_rise": traced.p_rise, "p_fall": traced.p_fall, "rises_then_falls": traced.rises_then_falls,
             "invalid": unreadable(traced), "excluded": traced.exclusions(), "bias": traced.bias})
     return pd.DataFrame(rows, columns=LLC_COLUMNS).astype({"grokked": bool, "rises_then_falls": bool})
