@@ -213,6 +213,27 @@ def test_study_options_come_from_the_plan(capsys):
     assert code == 2 and "diagonal" in err
 
 
+def test_a_study_is_judged_by_the_rules_given_and_a_bad_rule_is_named(capsys):
+    from headway.cli.study import parse_rules
+    from headway.studies.sorting.study import SortingStudy
+
+    rules = parse_rules(SortingStudy, ("llc_bias_statistic=pooled", "alpha=0.01"))
+    assert (rules.llc_bias_statistic, rules.alpha, rules.llc_fall) == ("pooled", 0.01, SortingStudy.rules_class().llc_fall)
+    assert parse_rules(SortingStudy, ()) == SortingStudy.rules_class()
+    code, out, _ = run_cli(["study", "sorting", "--out", "unused", "--rule", "llc_bias_statistic=pooled", "--dry-run"],
+                           capsys)
+    assert code == 0 and "rules: llc_bias_statistic = pooled (the others at their defaults)" in out
+    for bad, said in [("llc_bias_statistic=mean", "llc_bias_statistic = 'mean' is unknown; choose one of largest, pooled"),
+                      ("nosuch=1", "'nosuch' is no rule of study sorting; its rules are alpha, "),
+                      ("alpha", "'alpha' is not NAME=VALUE"), ("alpha=2", "rule alpha = 2.0 is invalid"),
+                      ("alpha=none", "--rule alpha got 'none'; it needs a value (float)")]:
+        code, _, err = run_cli(["study", "sorting", "--out", "unused", "--rule", bad, "--dry-run"], capsys)
+        assert code == 2 and said in err and "Traceback" not in err
+    code, _, err = run_cli(["study", "sorting", "--out", "unused", "--rule", "alpha=0.01", "--rule", "alpha=0.02",
+                            "--dry-run"], capsys)
+    assert code == 2 and "--rule alpha is given twice" in err
+
+
 @pytest.mark.slow
 def test_demo_trains_the_composing_cell_and_draws_the_phase_diagram(tmp_path, capsys):
     code, out, _ = run_cli(["demo", "--out", str(tmp_path), "--layers", "1", "--hops", "1", "--seed", "0"], capsys)

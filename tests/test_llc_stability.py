@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_study_sorting import small_plan
@@ -99,6 +100,40 @@ def test_the_bias_is_twice_the_largest_difference_between_the_two_checkpoints():
     shared = stability_rows("a", 20, 40, {(role, v): -0.1 for role in (FIRST, LAST)
                                           for v in ("half_step", "double_batch")})
     assert model_stability(shared, trace("a", [-5, 300, 400, 350]), LIMITS).bias == 0.0
+
+
+def test_the_pooled_bias_bounds_the_runs_mean_difference_and_narrows_as_runs_are_added():
+    """Statistic "pooled": twice the upper 95% bound (Student's t) of each variant's mean signed difference, the
+    larger variant's; with noise alone around a shared difference it stays near that difference as runs are added,
+    while the largest difference grows."""
+    frame = pd.concat([trace("a", [-5, 300, 400, 350]), trace("b", [-5, 200, 300, 250])])
+    table = pd.concat([
+        stability_rows("a", 20, 40, {(FIRST, "half_step"): -0.05, (LAST, "half_step"): -0.02,
+                                     (FIRST, "double_batch"): 0.01, (LAST, "double_batch"): 0.00}),
+        stability_rows("b", 20, 40, {(FIRST, "half_step"): 0.04, (LAST, "half_step"): 0.04,
+                                     (FIRST, "double_batch"): -0.06, (LAST, "double_batch"): 0.02})])
+    pooled = model_stability(table, frame, LIMITS, statistic="pooled")
+    # double_batch differences +0.01 and −0.08: |mean| 0.035 + t(0.95, 1) 6.314 × sd 0.0636 / √2
+    assert pooled.bias == pytest.approx(2 * (0.035 + 6.3138 * 0.09 / 2), rel=1e-4)
+    assert pooled.statistic == "pooled" and pooled.summary()["statistic"] == "pooled"
+    one = model_stability(table[table.run_id == "a"], trace("a", [-5, 300, 400, 350]), LIMITS, statistic="pooled")
+    assert math.isnan(one.bias)  # one run: its spread, and so the bound, is unknown
+    rng = np.random.default_rng(5)
+    runs = {n: [f"r{i}" for i in range(n)] for n in (4, 12, 48)}
+    biases, variants = {}, ("half_step", "double_batch")
+    for n, names in runs.items():
+        rows = [stability_rows(name, 20, 40, {(FIRST, v): 0.005 + rng.normal(0, 0.01) for v in variants}
+                               | {(LAST, v): 0.0 for v in variants}) for name in names]
+        traces = pd.concat([trace(name, [-5, 300, 400, 350]) for name in names])
+        biases[n] = (model_stability(pd.concat(rows), traces, LIMITS, statistic="pooled").bias,
+                     model_stability(pd.concat(rows), traces, LIMITS).bias)
+    assert biases[48][0] < biases[12][0] < biases[4][0] and 0.01 < biases[48][0] < 0.02  # → 2 × 0.005
+    assert biases[48][1] > biases[4][1] and biases[48][1] > 0.05  # the largest grows with the runs
+    with pytest.raises(ConfigError, match="statistic = 'median' is unknown; choose one of largest, pooled"):
+        model_stability(table, frame, LIMITS, statistic="median")
+    with pytest.raises(ConfigError, match="rule llc_bias_statistic = 'mean' is unknown"):
+        SortingRules(llc_bias_statistic="mean")
+    assert "upper 95% bound of the mean difference" in SortingRules(llc_bias_statistic="pooled").llc_bias_source_text()
 
 
 def test_a_run_without_its_stability_leaves_the_bias_unmeasured_and_the_claim_not_testable():

@@ -13,7 +13,7 @@ from headway.analysis.statistics import (agreement_power, agreement_tail, binomi
                                          chi_square, critical_count, detectable_accuracy, fisher_greater, fisher_power,
                                          holm, largest_agreement_pmf, normal_interval, normal_power, normal_tail,
                                          permutation_independence, poisson_binomial_tail, pooled_count_test, sidak,
-                                         stratified_shortfall, upper_tail, wilson_interval, z_score)
+                                         stratified_shortfall, t_quantile, upper_tail, wilson_interval, z_score)
 
 
 def test_wilson_interval_is_sensible_at_the_ends():
@@ -36,6 +36,17 @@ def test_exact_test_against_chance_and_its_power_at_twenty_questions():
     assert binomial_power(20, 0.25, detectable) >= 0.8 > binomial_power(20, 0.25, detectable - 1e-3)
     assert detectable_accuracy(100, 0.25) < detectable  # more questions detect smaller effects
     assert math.isnan(detectable_accuracy(1, 0.5))  # one coin flip can never reach p ≤ 0.05
+
+
+def test_student_t_quantiles_match_their_tables_and_refuse_impossible_inputs():
+    # published values (two-sided 90%, 95%, 98% columns) and the Cauchy's closed form, tan(π (q − 1/2))
+    for q, df, value in [(0.95, 11, 1.795885), (0.975, 5, 2.570582), (0.99, 2, 6.964557), (0.05, 3, -2.353363),
+                         (0.95, 1000, 1.646379)]:
+        assert t_quantile(q, df) == pytest.approx(value, abs=2e-6)
+    assert t_quantile(0.9999, 1) == pytest.approx(math.tan(math.pi * 0.4999), rel=1e-6)
+    assert t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-9)
+    for q, df in [(0.0, 5), (1.0, 5), (math.nan, 5), (0.95, 0), (0.95, 2.5)]:
+        assert math.isnan(t_quantile(q, df))
 
 
 def test_permutation_test_of_independence():

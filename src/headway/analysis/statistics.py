@@ -1,7 +1,7 @@
 """Tests and intervals for the small counts studies produce: Wilson intervals, exact one-sided binomial
 tests against chance with their power, Fisher's exact test of two groups with its power, the chance that
 independent random orders agree, counts pooled over independent cells (exact convolutions), a normal
-tail and the power of a one-sided normal test, Holm's correction, and a permutation test of
+tail and the power of a one-sided normal test, Student's t quantile, Holm's correction, and a permutation test of
 independence between a run's outcome and its group. numpy and the standard library only.
 
 A missing or impossible input (NaN or None, a fractional or negative count, a probability outside [0, 1], a
@@ -351,6 +351,32 @@ def normal_power(effect: float, noise: float, level: float) -> float:
     if _missing(level) or not 0 < level < 1:
         return math.nan
     return normal_tail(NormalDist().inv_cdf(1 - level) - z_score(effect, noise))
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The `q` quantile of Student's t with `df` degrees of freedom (the bound of a mean over few runs): its
+    distribution function, integrated in θ = arctan(x / √df) where the density is the smooth cos^(df−1) θ (Simpson's
+    rule), inverted by bisection, to about 1e-6 (NaN for q outside (0, 1) or df below 1)."""
+    if _missing(q) or not 0 < q < 1 or _whole(df, 1) is None:
+        return math.nan
+    scale = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+
+    def cdf(x: float) -> float:
+        theta = np.linspace(0.0, math.atan(abs(x) / math.sqrt(df)), 2001)
+        density = np.cos(theta) ** (df - 1)
+        simpson = (theta[1] - theta[0]) / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum()
+                                               + 2 * density[2:-1:2].sum())
+        return 0.5 + math.copysign(scale * simpson, x)
+
+    low, high = -1.0, 1.0
+    while cdf(low) > q:
+        low *= 2
+    while cdf(high) < q:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if cdf(middle) < q else (low, middle)
+    return (low + high) / 2
 
 
 def normal_interval(gap: float, noise: float, z: float = Z95) -> tuple[float, float]:

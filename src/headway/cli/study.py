@@ -19,7 +19,7 @@ from headway.errors import ConfigError
 from headway.limits import MAX_ANALYSIS_EXAMPLES, MAX_CHECKPOINTS, MAX_RUNS
 from headway.runs.config import flat_setting_types
 from headway.runs.owner import claim, study_kind
-from headway.settings import check_choice, check_int, field_types
+from headway.settings import check_choice, check_int, field_types, parse_setting
 from headway.studies.base import Plan, Study
 from headway.studies.cells import cell_name, setting_cells, write_cell_tables
 from headway.studies.registry import study_class, study_names
@@ -95,6 +95,9 @@ def study_command(cls: type[Study]) -> click.Command:
         executor = pop_executor(given)
         compute = pop_compute(given)
         deadline = pop_deadline(given)
+        given_rules = given.pop("rule")
+        rules = parse_rules(cls, given_rules)
+        given_rules = [pair.partition("=")[0].strip().replace("-", "_") for pair in given_rules]
         plan = cls.plan_for(scale)
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
@@ -114,6 +117,9 @@ def study_command(cls: type[Study]) -> click.Command:
                 if sweeping:
                     click.echo(f"cell {cell_name(cell)}:")
                 _describe(each, max_ensemble)
+            if given_rules:
+                click.echo("rules: " + ", ".join(f"{name} = {getattr(rules, name)}" for name in given_rules)
+                           + " (the others at their defaults)")
             return
         executor.prepare(device)
         check_compute(compute, executor, device)
@@ -125,7 +131,7 @@ def study_command(cls: type[Study]) -> click.Command:
             folder = out / cell_name(cell) if sweeping else out
             click.echo(f"study {cls.name}, scale {scale}: {len(each.runs())} runs into {folder}", err=True)
             report = cls(each, folder, device=device, progress=progress, executor=executor, compute=compute,
-                         deadline=deadline, max_ensemble=max_ensemble).run()
+                         deadline=deadline, max_ensemble=max_ensemble, rules=rules).run()
             click.echo(verdict_table(folder / "summary.json"))
             written = {"report": report, "summary": folder / "summary.json", "results": folder / cls.results_file}
             click.echo("\n".join(f"{what}: {path}" for what, path in written.items() if Path(path).is_file()))
@@ -154,11 +160,36 @@ def study_command(cls: type[Study]) -> click.Command:
         click.Option(["--progress/--no-progress"], default=True, help="Progress bars on a terminal."),
         click.Option(["--max-ensemble"], type=int, default=None, metavar="N",
                      help="At most N runs per new ensemble [default: as many as the device is measured to hold]."),
+        click.Option(["--rule"], multiple=True, metavar="NAME=VALUE",
+                     help="Judge by a rule other than its default, e.g. llc_bias_statistic=pooled (repeatable; every "
+                          "rule, its reason and default: the report's Methods section, docs/verdicts.md). A folder "
+                          "judged again needs the same rules to give the same verdicts."),
     ]
     renamed = {option_flag(field.metadata["was"] or field.name): option_flag(name)
                for name, field in fields.items() if (field.metadata["was"] or field.name) != name}
     command = renamed_options(renamed)(command)
     return click.Command(cls.name, params=params + command.__click_params__, callback=command, help=cls.summary)
+
+
+def parse_rules(cls: type[Study], given: tuple[str, ...]) -> Any:
+    """The study's rules with each `--rule NAME=VALUE` of `given` applied (a name it lacks, a malformed pair, a
+    value of the wrong kind or out of range refused, naming it and what is allowed); its defaults when none."""
+    rules = cls.rules_class()
+    kinds = field_types(cls.rules_class)
+    values: dict[str, Any] = {}
+    for pair in given:
+        name, equals, text = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not equals or not name or not text.strip():
+            raise ConfigError(f"--rule {pair!r} is not NAME=VALUE; e.g. --rule llc_bias_statistic=pooled")
+        if name not in kinds:
+            raise ConfigError(f"--rule {name!r} is no rule of study {cls.name}; its rules are {', '.join(sorted(kinds))}")
+        if name in values:
+            raise ConfigError(f"--rule {name} is given twice")
+        values[name] = parse_setting(f"--rule {name}", text.strip(), kinds[name])
+        if values[name] is None:
+            raise ConfigError(f"--rule {name} got {text.strip()!r}; it needs a value ({kinds[name].__name__})")
+    return rules.changed(**values) if values else rules
 
 
 def verdict_table(summary: Path, width: int | None = None) -> str:

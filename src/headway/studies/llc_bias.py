@@ -69,10 +69,12 @@ def stability_table(section: Report, stability: ModelStability | None, points: t
     """The traced models' stability at `points`, run by run and variant by variant, in `section` (nothing when not
     measured)."""
     if stability is not None and len(stability.table):
+        weighed = ("twice the upper 95% bound of a variant's mean signed difference over the runs"
+                   if stability.statistic == "pooled" else "twice the largest difference")
         section.table(stability.table, "The traced models' own stability: λ̂'s relative change under each variant of "
                       "the SGLD setting (half_step: ε/2 over the same sampling time; double_batch: twice the batch) "
-                      f"at each run's {points_text(points)}, and their difference; the bias weighed is twice the "
-                      "largest difference.", float_format="{:.3g}")
+                      f"at each run's {points_text(points)}, and their difference; the bias weighed is {weighed}.",
+                      float_format="{:.3g}")
 
 
 def write_stability(out: Path, tables: dict[str, pd.DataFrame]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from headway.analysis.llc.validity import BEFORE_SETTINGS, ValidityLimits
+from headway.analysis.llc.validity import BEFORE_SETTINGS, BIAS_STATISTICS, ValidityLimits
 from headway.settings import check_choice
 from headway.studies.rules import Rules, rule
 
@@ -82,10 +82,16 @@ class LLCRules(Rules):
                                 "peak and last, in λ̂'s relative change under a halved step or a doubled batch; not "
                                 "measured: the claim is not testable), or 'suite', the known-answer "
                                 "suite's error at the plan's settings (docs/decisions.md)")
+    llc_bias_statistic: str = rule("largest", "how the traced models' stability becomes one bias (llc_bias_source "
+                                   "'model'): 'largest', twice the largest difference over runs and variants, or "
+                                   "'pooled', twice the upper 95% bound of a variant's mean difference over the runs "
+                                   "(Student's t), the part they share, which does not grow as runs are added "
+                                   "(docs/study-sorting.md)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("rule llc_bias_source", self.llc_bias_source, BIAS_SOURCES)
+        check_choice("rule llc_bias_statistic", self.llc_bias_statistic, BIAS_STATISTICS)
 
     def llc_validity(self) -> ValidityLimits:
         """The LLC validity rules as the estimator and `invalid_reasons` take them."""
@@ -115,9 +121,12 @@ class LLCRules(Rules):
         if self.llc_bias_source == "model":
             from headway.analysis.llc.stability import POINTS, points_text
 
-            return (f"the traced models' own stability, twice the largest difference between a run's "
-                    f"{points_text(points or POINTS)} in λ̂'s relative change under a halved "
-                    "step or a doubled batch")
+            between = (f"{points_text(points or POINTS)} in λ̂'s relative change under a halved step or a doubled "
+                       "batch")
+            if self.llc_bias_statistic == "pooled":
+                return (f"the traced models' own stability, twice the upper 95% bound of the mean difference over "
+                        f"the runs between a run's {between}")
+            return f"the traced models' own stability, twice the largest difference between a run's {between}"
         return f"the known-answer suite's error at the plan's settings, {self.llc_bias_target()}"
 
     def weighed_bias(self, stability: pd.DataFrame, trace: pd.DataFrame, suite_bias: float,
@@ -125,10 +134,10 @@ class LLCRules(Rules):
         """The relative bias the LLC claims weigh into each λ̂ under `llc_bias_source`, with the models' stability
         it came from: "model", the `model_stability` of the `llc_stability` table `stability` at `points` (default
         its POINTS) over the traced runs of `trace` (NaN when a testable run lacks it: the claims are then not
-        testable); "suite", `suite_bias` as measured (NaN: not measured) and None."""
+        testable), by `llc_bias_statistic`; "suite", `suite_bias` as measured (NaN: not measured) and None."""
         if self.llc_bias_source == "suite":
             return suite_bias, None
         from headway.analysis.llc.stability import POINTS, model_stability
 
-        measured = model_stability(stability, trace, self.llc_validity(), points or POINTS)
+        measured = model_stability(stability, trace, self.llc_validity(), points or POINTS, self.llc_bias_statistic)
         return measured.bias, measured

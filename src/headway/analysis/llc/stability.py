@@ -9,6 +9,10 @@ runs and the two variants, between the relative changes at two checkpoints of a 
 and its last (the sorting study, whose test reads start, peak and end), or its peak and its last (the modular
 study, whose test reads the fall from the peak; its first valid λ̂ is a few units, where the chains' noise alone is
 10-40% of it). The studies weigh it when their rule `llc_bias_source` is "model" (docs/decisions.md).
+
+That largest difference is a maximum of noisy numbers, so it grows with the runs. The statistic "pooled" weighs
+instead twice the upper 95% bound of the mean difference over the runs (each variant's, signed; Student's t over
+their spread), the part the runs share, which narrows as runs are added (docs/study-sorting.md).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from headway.analysis.development import valid_llc
 from headway.analysis.llc import SGLDSettings, anchor_loss, estimate_llc
 from headway.analysis.llc.calibration import calibration_grid
 from headway.analysis.llc.trace import resumable_checkpoints, training_pool, uniform_guess_loss
-from headway.analysis.llc.validity import ValidityLimits
+from headway.analysis.llc.validity import BIAS_STATISTICS, ValidityLimits
+from headway.analysis.statistics import t_quantile
 from headway.runs import layout
 from headway.runs.checkpoints import load_checkpoint
 from headway.runs.config import RunConfig
 from headway.runs.schema import TableSchema
 from headway.runs.store import load_model
+from headway.settings import check_choice
 from headway.tasks.objective import run_loss
 
 VARIANTS = {"plan": (1.0, 1), "half_step": (0.5, 1), "double_batch": (1.0, 2)}  # name → (ε factor, batch factor)
@@ -39,6 +45,7 @@ SETTINGS = "stability.json"  # what the saved stability checkpoints were estimat
 FIRST, PEAK, LAST = "first_valid", "peak", "last"  # checkpoints of a traced run its stability can be measured at
 POINTS = (FIRST, LAST)  # the two a study measures unless it says otherwise
 SAID = {FIRST: "first valid", PEAK: "peak", LAST: "last"}  # each in words, and the stem of its columns
+POOLED_LEVEL = 0.95  # the one-sided confidence of the pooled statistic's bound on the runs' mean difference
 
 
 def variant_settings(sgld: SGLDSettings) -> dict[str, SGLDSettings]:
@@ -132,29 +139,43 @@ def _checkpoint_roles(frame: pd.DataFrame, wanted: dict[int, dict[str, int]]) ->
 
 @dataclass(frozen=True)
 class ModelStability:
-    """The model's own stability as a turning-point test weighs it: `bias`, twice the largest difference over runs
-    and variants between a run's relative change at its two measured checkpoints (NaN when a run in `missing` lacks
-    one or its value); `largest_change`, the largest |change| (reported, not weighed); `table`, one row per run ×
-    variant (run_id, variant, then each checkpoint's step and change, as first_step, first_change for the first
-    valid one, peak_… or last_…, then difference)."""
+    """The model's own stability as a turning-point test weighs it: `bias`, by `statistic` twice the largest
+    difference over runs and variants between a run's relative change at its two measured checkpoints ("largest"),
+    or twice the largest upper bound of a variant's mean signed difference over the runs ("pooled", `pooled_bound`);
+    NaN when a run in `missing` lacks one or its value, or, pooled, with fewer than two runs; `largest_change`, the
+    largest |change| (reported, not weighed); `table`, one row per run × variant (run_id, variant, then each
+    checkpoint's step and change, as first_step, first_change for the first valid one, peak_… or last_…, then
+    difference, the absolute one)."""
 
     bias: float
     largest_change: float
     missing: list[str] = field(default_factory=list)  # traced runs that can be tested but lack their stability
     table: pd.DataFrame = field(default_factory=pd.DataFrame)
+    statistic: str = "largest"
 
     def summary(self) -> dict:
         """The JSON view for summary.json."""
-        return {"bias": None if math.isnan(self.bias) else self.bias,
+        return {"bias": None if math.isnan(self.bias) else self.bias, "statistic": self.statistic,
                 "largest_change": None if math.isnan(self.largest_change) else self.largest_change,
                 "missing": self.missing}
 
 
+def pooled_bound(differences: np.ndarray, level: float = POOLED_LEVEL) -> float:
+    """The upper `level` bound of |mean| of one variant's signed differences over the runs: |mean| plus Student's t
+    quantile times their standard error (NaN with fewer than two runs, whose spread is unknown)."""
+    values = np.asarray(differences, dtype=float)
+    if len(values) < 2:
+        return math.nan
+    spread = float(values.std(ddof=1)) / math.sqrt(len(values))
+    return abs(float(values.mean())) + t_quantile(level, len(values) - 1) * spread
+
+
 def model_stability(table: pd.DataFrame, trace: pd.DataFrame, validity: ValidityLimits,
-                    points: tuple[str, str] = POINTS) -> ModelStability:
-    """The `ModelStability` of the runs of `trace` (an LLC trace table) from their `llc_stability` rows at `points`:
-    every run with a valid checkpoint (`stability_steps`) must have both checkpoints' variants, else it is `missing`
-    and the bias is NaN (never weighed as 0)."""
+                    points: tuple[str, str] = POINTS, statistic: str = "largest") -> ModelStability:
+    """The `ModelStability` of the runs of `trace` (an LLC trace table) from their `llc_stability` rows at `points`,
+    its bias by `statistic` (`BIAS_STATISTICS`): every run with a valid checkpoint (`stability_steps`) must have both
+    checkpoints' variants, else it is `missing` and the bias is NaN (never weighed as 0)."""
+    check_choice("statistic", statistic, BIAS_STATISTICS)
     testable = stability_steps(trace, validity, points) if len(trace) else {}
     one, two = (SAID[point].split()[0] for point in points)
     rows, missing = [], []
@@ -172,6 +193,11 @@ def model_stability(table: pd.DataFrame, trace: pd.DataFrame, validity: Validity
     frame = pd.DataFrame(rows, columns=["run_id", "variant", f"{one}_step", f"{one}_change", f"{two}_step",
                                         f"{two}_change", "difference"])
     if missing or not len(frame):
-        return ModelStability(math.nan, math.nan, missing, frame)
+        return ModelStability(math.nan, math.nan, missing, frame, statistic)
     largest = float(np.nanmax(np.abs(frame[[f"{one}_change", f"{two}_change"]].to_numpy(dtype=float))))
-    return ModelStability(2 * float(frame.difference.max()), largest, missing, frame)
+    if statistic == "pooled":
+        signed = frame[f"{one}_change"] - frame[f"{two}_change"]
+        bound = float(np.max([pooled_bound(signed[frame.variant == variant].to_numpy())
+                              for variant in frame.variant.unique()]))
+        return ModelStability(2 * bound, largest, missing, frame, statistic)
+    return ModelStability(2 * float(frame.difference.max()), largest, missing, frame, statistic)

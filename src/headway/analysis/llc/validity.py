@@ -92,6 +92,9 @@ def basin_fraction(init_loss: np.ndarray, draw_loss: np.ndarray, chance_loss: np
         return np.where(gap > 0, (draw - init) / gap, np.nan)
 
 
+# How `headway.analysis.llc.stability.model_stability` turns the runs' stability into one bias, kept here (light,
+# read by the studies' rules without the sampler): the largest difference, or the pooled bound on their mean.
+BIAS_STATISTICS = ("largest", "pooled")
 REFUSED = "no SGLD setting qualified"  # how an estimate at settings whose choice was refused is marked invalid
 
 

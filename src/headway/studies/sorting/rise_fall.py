@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from headway.analysis.development import Development, applied_bias
-from headway.analysis.statistics import normal_power, normal_tail
+from headway.analysis.statistics import critical_count, normal_power, normal_tail, poisson_binomial_tail
 from headway.studies.sorting.rules import SortingRules
 
 
@@ -60,7 +60,22 @@ def run_test(traced: Development, rules: SortingRules) -> RunTest:
     candidates = int(valid.sum()) - 2
     p = min(1.0, candidates * max(traced.p_rise, traced.p_fall))
     level = run_level(rules)
-    typical = math.hypot(float(np.median(whole.llc_se.to_numpy(dtype=float)[valid])),
-                         applied_bias(traced.bias) * traced.peak)
-    power = normal_power(rules.llc_fall * traced.peak, math.sqrt(2) * typical, level / candidates) ** 2
-    return RunTest(traced.run_id, "", candidates, p, p <= level, power)
+    return RunTest(traced.run_id, "", candidates, p, p <= level, run_power(traced, candidates, rules, traced.bias))
+
+
+def run_power(traced: Development, candidates: int, rules: SortingRules, bias: float) -> float:
+    """A usable run's chance to pass under the stated effect (module docstring) with `bias` weighed into its peak
+    (NaN: not measured, weighed as 0): the run's own chain noise (the median standard error of its valid
+    checkpoints) and its peak, so a projection can ask what the same run would give at another bias."""
+    whole = traced.llc[traced.llc.weights == traced.weights]
+    valid = ~whole.step.isin(list(traced.excluded)).to_numpy()
+    typical = math.hypot(float(np.median(whole.llc_se.to_numpy(dtype=float)[valid])), applied_bias(bias) * traced.peak)
+    return normal_power(rules.llc_fall * traced.peak, math.sqrt(2) * typical, run_level(rules) / candidates) ** 2
+
+
+def claim_power(powers: list[float], rules: SortingRules, alpha: float) -> float:
+    """The claim's power at `alpha` over runs of these per-run `powers`: the chance that, with each run showing the
+    stated rise and fall with probability `llc_effect_share` and then passing with its power, the count reaches the
+    binomial test's critical count against the per-run level."""
+    probabilities = [rules.llc_effect_share * power for power in powers]
+    return poisson_binomial_tail(critical_count(len(powers), run_level(rules), alpha), probabilities)

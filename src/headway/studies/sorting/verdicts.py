@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from headway.analysis.development import Development
-from headway.analysis.statistics import (binomial_power, binomial_tail, critical_count, normal_power,
-                                         poisson_binomial_tail, stratified_shortfall, wilson_interval)
+from headway.analysis.statistics import (binomial_power, binomial_tail, normal_power, stratified_shortfall,
+                                         wilson_interval)
 from headway.studies.llc_bias import weighed_bias_text
-from headway.studies.sorting.rise_fall import RunTest, run_level, run_test
+from headway.studies.sorting.rise_fall import RunTest, claim_power, run_level, run_test
 from headway.studies.sorting.rules import SortingRules
 from headway.studies.sorting.tables import SortingTables, gap_power_at
 from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, check, checked_claim, intersection_union,
@@ -337,11 +337,10 @@ def llc_rises_then_falls(development: list[Development], rules: SortingRules, *,
                                   "made before the study measured it); analyse the runs again to measure it",
                                   f"{courses}; {shown}.")
     count = sum(t.counted for t in usable)
-    probabilities = [rules.llc_effect_share * t.power for t in usable]
     evidence = (f"{share_text(count, len(usable))} usable traced runs rise and fall (Wilson 95% interval; "
                 f"{len(tested) - len(usable)} of {len(tested)} traced runs unusable). {courses}; {shown}.")
     return claim.finding(evidence, binomial_tail(count, len(usable), level),
-                         lambda alpha: poisson_binomial_tail(critical_count(len(usable), level, alpha), probabilities))
+                         lambda alpha: claim_power([t.power for t in usable], rules, alpha))
 
 
 def _bias_text(development: list[Development], rules: SortingRules) -> str:
