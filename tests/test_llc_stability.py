@@ -86,13 +86,19 @@ def test_a_refused_choice_stays_invalid_whatever_the_limits():
     assert (invalid_reasons(trace("d", [100.0, 200.0]), LIMITS) == "").all()
 
 
-def test_the_bias_is_twice_the_largest_difference_between_the_two_checkpoints():
+def two_measured_runs() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Two traced runs and their stability rows: half_step differences −0.03 and 0, double_batch +0.01 and −0.08."""
     frame = pd.concat([trace("a", [-5, 300, 400, 350]), trace("b", [-5, 200, 300, 250])])
     table = pd.concat([
         stability_rows("a", 20, 40, {(FIRST, "half_step"): -0.05, (LAST, "half_step"): -0.02,
                                      (FIRST, "double_batch"): 0.01, (LAST, "double_batch"): 0.00}),
         stability_rows("b", 20, 40, {(FIRST, "half_step"): 0.04, (LAST, "half_step"): 0.04,
                                      (FIRST, "double_batch"): -0.06, (LAST, "double_batch"): 0.02})])
+    return frame, table
+
+
+def test_the_bias_is_twice_the_largest_difference_between_the_two_checkpoints():
+    frame, table = two_measured_runs()
     measured = model_stability(table, frame, LIMITS)
     assert measured.bias == pytest.approx(2 * 0.08) and measured.largest_change == pytest.approx(0.06)
     assert measured.missing == [] and len(measured.table) == 4
@@ -106,12 +112,7 @@ def test_the_pooled_bias_bounds_the_runs_mean_difference_and_narrows_as_runs_are
     """Statistic "pooled": twice the upper 95% bound (Student's t) of each variant's mean signed difference, the
     larger variant's; with noise alone around a shared difference it stays near that difference as runs are added,
     while the largest difference grows."""
-    frame = pd.concat([trace("a", [-5, 300, 400, 350]), trace("b", [-5, 200, 300, 250])])
-    table = pd.concat([
-        stability_rows("a", 20, 40, {(FIRST, "half_step"): -0.05, (LAST, "half_step"): -0.02,
-                                     (FIRST, "double_batch"): 0.01, (LAST, "double_batch"): 0.00}),
-        stability_rows("b", 20, 40, {(FIRST, "half_step"): 0.04, (LAST, "half_step"): 0.04,
-                                     (FIRST, "double_batch"): -0.06, (LAST, "double_batch"): 0.02})])
+    frame, table = two_measured_runs()
     pooled = model_stability(table, frame, LIMITS, statistic="pooled")
     # double_batch differences +0.01 and −0.08: |mean| 0.035 + t(0.95, 1) 6.314 × sd 0.0636 / √2
     assert pooled.bias == pytest.approx(2 * (0.035 + 6.3138 * 0.09 / 2), rel=1e-4)

@@ -45,7 +45,7 @@ def test_the_projection_grows_with_runs_and_shrinks_with_bias_and_the_pooled_bia
     powers = table.iloc[:3].to_numpy()
     assert (powers[:-1] >= powers[1:]).all()  # more bias, less power
     assert powers[1, 2] > powers[1, 0] and powers[0].min() > 0.95 and powers[2].max() < 0.3
-    for count, bias in zip([4, 12, 24], table.iloc[3]):
+    for count, bias in zip([4, 12, 24], table.iloc[3], strict=True):
         assert projected_power(runs, rules, bias, count, rules.alpha / 5) >= 0.8
         assert projected_power(runs, rules, bias + 0.001, count, rules.alpha / 5) < 0.8
     assert largest_bias(runs, rules, 12, rules.alpha / 5) == pytest.approx(0.022, abs=0.001)
