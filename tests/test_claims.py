@@ -48,6 +48,8 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
     if "grid" in summary:  # the grid's weight decays and, where recorded, what decides which runs were traced
         grid = summary["grid"]
         plan = plan.with_overrides(weight_decays=tuple(grid["weight_decays"]))
+        if "train_fractions" in grid:  # the modular grid's fractions (another than the scale's: a confirmation's)
+            plan = plan.with_overrides(train_fractions=tuple(grid["train_fractions"]))
         if "development_seeds" in grid:
             plan = plan.with_overrides(seeds=tuple(grid["seeds"]), development_seeds=tuple(grid["development_seeds"]),
                                        fresh_data=grid["fresh_data"], llc_first_step=grid["llc_first_step"],
