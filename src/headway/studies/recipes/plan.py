@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headway.errors import ConfigError
+from headway.limits import MAX_ANALYSIS_EXAMPLES
 from headway.runs.config import RunConfig
 from headway.settings import check_choice, check_int
 from headway.studies.base import Plan, axis
@@ -98,7 +99,7 @@ class RecipePlan(Plan):
     settings: dict[str, Any] = field(default_factory=dict)  # run settings over the base (the command's --steps)
     probe_examples: int = field(default=3000, metadata=axis(
         "Fresh examples the conditional probes of each run are fitted and scored on (0: no probes; a conditional "
-        "D = 1 cell only)."))
+        f"D = 1 cell only; at most {MAX_ANALYSIS_EXAMPLES:,})."))
 
     def __post_init__(self) -> None:
         check_choice("base", self.base, tuple(BASES))
@@ -106,7 +107,7 @@ class RecipePlan(Plan):
             raise ConfigError("the sweep needs at least one variant and one seed")
         for seed in self.seeds:
             check_int("seed", seed, 0)
-        check_int("probe_examples", self.probe_examples, 0)
+        check_int("probe_examples", self.probe_examples, 0, MAX_ANALYSIS_EXAMPLES)
         self.grids()  # every setting checked, and no two variants alike, before anything trains
 
     def grids(self) -> dict[str, list[RunConfig]]:
