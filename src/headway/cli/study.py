@@ -95,9 +95,7 @@ def study_command(cls: type[Study]) -> click.Command:
         executor = pop_executor(given)
         compute = pop_compute(given)
         deadline = pop_deadline(given)
-        given_rules = given.pop("rule")
-        rules = parse_rules(cls, given_rules)
-        given_rules = [pair.partition("=")[0].strip().replace("-", "_") for pair in given_rules]
+        rules = parse_rules(cls, given.pop("rule"))
         plan = cls.plan_for(scale)
         overrides = {fields[name].name: parse_field(name, fields[name], kinds[fields[name].name], text)
                      for name, text in given.items() if text is not None and name in fields}
@@ -117,8 +115,9 @@ def study_command(cls: type[Study]) -> click.Command:
                 if sweeping:
                     click.echo(f"cell {cell_name(cell)}:")
                 _describe(each, max_ensemble)
-            if given_rules:
-                click.echo("rules: " + ", ".join(f"{name} = {getattr(rules, name)}" for name in given_rules)
+            changed = rules.changed_from(cls.rules_class())
+            if changed:
+                click.echo("rules: " + ", ".join(f"{name} = {value}" for name, value in changed.items())
                            + " (the others at their defaults)")
             return
         executor.prepare(device)

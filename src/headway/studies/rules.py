@@ -85,6 +85,11 @@ class Rules(Settings):
                                                                     for v in f.metadata["sweep"])}
                 for f in dataclasses.fields(self)]
 
+    def changed_from(self, other: Rules) -> dict[str, Any]:
+        """The rules whose value differs from `other`'s, name → this value (in field order)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if getattr(self, f.name) != getattr(other, f.name)}
+
     def changed(self, **values: Any) -> Rules:
         """A copy with some rules changed (unknown names refused)."""
         known = {f.name for f in dataclasses.fields(self)}

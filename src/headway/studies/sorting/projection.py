@@ -25,9 +25,7 @@ TARGET_POWER = 0.8  # the power a "not reproduced" needs (the studies' judge)
 
 def folder_rules(folder: Path) -> SortingRules:
     """The rules the folder was judged by (its summary.json), today's defaults for any rule added since."""
-    stored = json.loads((folder / "summary.json").read_text())["rules"]
-    known = SortingRules.__dataclass_fields__
-    return SortingRules(**{name: value for name, value in stored.items() if name in known})
+    return SortingRules.from_dict(json.loads((folder / "summary.json").read_text())["rules"])
 
 
 def traced_runs(folder: Path, rules: SortingRules) -> list[Development]:
@@ -71,9 +69,10 @@ def largest_bias(runs: list[Development], rules: SortingRules, count: int, alpha
                  target: float = TARGET_POWER) -> float:
     """The largest bias at which `count` fresh runs reach `target` power at `alpha` (bisection to 0.01 points; 0
     when even no bias does not, NaN when no run is usable)."""
-    if math.isnan(projected_power(runs, rules, 0.0, count, alpha)):
+    unbiased = projected_power(runs, rules, 0.0, count, alpha)
+    if math.isnan(unbiased):
         return math.nan
-    if projected_power(runs, rules, 0.0, count, alpha) < target:
+    if unbiased < target:
         return 0.0
     low, high = 0.0, 0.5
     while high - low > 1e-4:
