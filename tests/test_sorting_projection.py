@@ -51,3 +51,11 @@ def test_the_projection_grows_with_runs_and_shrinks_with_bias_and_the_pooled_bia
         assert projected_power(runs, rules, bias + 0.001, count, rules.alpha / 5) < 0.8
     assert largest_bias(runs, rules, 12, rules.alpha / 5) == pytest.approx(0.022, abs=0.001)
     assert math.isnan(projected_power([], rules, 0.02, 12, 0.01))
+
+
+def test_the_pooled_confirmation_weighs_the_shared_part_not_the_largest_difference():
+    """The 24-run folder's numbers in docs/study-sorting.md: pooled 1.69%, where the largest difference would be 9.5%."""
+    folder = RESULTS / "sorting-rise-fall-pooled-cpu"
+    rules = folder_rules(folder)
+    biases = measured_biases(folder, traced_runs(folder, rules), rules)
+    assert biases["pooled"] == pytest.approx(0.0169, abs=5e-5) and biases["largest"] == pytest.approx(0.0949, abs=5e-5)
