@@ -21,6 +21,7 @@ from headway.errors import ConfigError, JobsFailed, TimeLimitReached
 from headway.execution.ray_cluster import raise_failures
 from headway.runs import layout
 from headway.runs.store import finished_metrics
+from headway.studies.analysis_time import LEGS
 from headway.studies.sorting.study import SortingStudy
 from headway.train.sweep import train_runs
 
@@ -106,8 +107,14 @@ def test_a_study_stopped_during_its_analysis_continues_to_the_same_summary(tmp_p
         SortingStudy(plan, pieces, device="cpu", progress=False, deadline=time.time() + 3600).run()
     folder = next((pieces / "analysis").iterdir())
     assert len(list((folder / "llc_trace").glob("step_*.parquet"))) == 2 and not (folder / "done.json").exists()
+    stopped = layout.read_json(folder / LEGS)["started"]  # the stopped leg, counted to its newest saved part
+    first_leg = max(p.stat().st_mtime for p in folder.rglob("*") if p.is_file() and p.name != LEGS) - stopped
     monkeypatch.undo()
+    started = time.perf_counter()
     SortingStudy(plan, pieces, device="cpu", progress=False, deadline=time.time() + 3600).run()
+    last_leg = time.perf_counter() - started
+    assert not (folder / LEGS).exists() and first_leg > 0
+    assert first_leg <= layout.read_json(folder / "done.json")["seconds"] <= first_leg + last_leg + 0.01
     assert comparable(pieces) == comparable(tmp_path / "straight")
     results = [pd.read_csv(out / "results.csv") for out in (tmp_path / "straight", pieces)]
     pd.testing.assert_frame_equal(without_timing(results[0]), without_timing(results[1]))

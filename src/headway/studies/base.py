@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 from headway.compute import ComputeSettings
 from headway.errors import TimeLimitReached
 from headway.execution import Executor, Job, LocalExecutor
+from headway.files import landing
 from headway.runs import layout
 from headway.runs.config import RunConfig
-from headway.files import landing
 from headway.runs.schema import TableSchema
+from headway.studies.analysis_time import begin_leg, end_legs, recorded_seconds
 from headway.studies.rules import Rules
 from headway.studies.verdict import Verdict
 
@@ -249,11 +250,13 @@ class Study(ABC):
         runs = load_runs(run_dir)
         started = time.perf_counter()
         folder.mkdir(parents=True, exist_ok=True)
+        earlier = begin_leg(folder)  # the seconds of legs stopped before this one
         tables = self.analyse(run_dir, runs, folder, device)
         for name in self.schemas:
             layout.write_table(folder / f"{name}.parquet", tables[name], self.schemas[name])
-        seconds = round(time.perf_counter() - started, 2)
+        seconds = round(earlier + time.perf_counter() - started, 2)
         layout.write_json(folder / DONE, {**self.analysis_stamp(runs), "seconds": seconds})
+        end_legs(folder)
 
     def is_cached(self, run_dir: Path) -> bool:
         """Whether the analysis tables of one ensemble are cached under the current stamp, every one of them there
@@ -318,8 +321,8 @@ class Study(ABC):
     def _recorded_seconds(self, run_dir: Path) -> tuple[float, float]:
         """Training seconds (as the ensemble's summary recorded them) and analysis seconds of one ensemble."""
         summary, done = run_dir / layout.SUMMARY, self.out / ANALYSIS / run_dir.name / DONE
-        train = _seconds(summary, "seconds_this_session") if summary.is_file() else 0.0
-        analyse = _seconds(done, "seconds") if done.is_file() else 0.0
+        train = recorded_seconds(summary, "seconds_this_session") if summary.is_file() else 0.0
+        analyse = recorded_seconds(done, "seconds") if done.is_file() else 0.0
         return train, analyse
 
 
@@ -330,13 +333,6 @@ def trained_on_device(run_dir: Path) -> str:
     where = str(summary.get("device_name") or summary.get("device") or "not recorded")
     return f"{where} (torch {summary['torch']})" if "torch" in summary else where
 
-
-def _seconds(path: Path, key: str) -> float:
-    """The seconds a checked JSON file records under `key` (0 when absent): a number ≥ 0, else it is refused."""
-    value = layout.read_json(path).get(key, 0.0)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not (math.isfinite(value) and value >= 0):
-        raise layout.damaged(path, f"{key} = {value!r}; headway writes a number of seconds there")
-    return float(value)
 
 
 class TracedPlan(Protocol):
