@@ -56,6 +56,8 @@ def committed(name: str) -> tuple[StudyData, dict, object]:
                                        llc_burnin=grid.get("llc_burnin"), llc_draws=grid.get("llc_draws"))
             if "llc_weights" in grid:  # the weight groups traced (recorded since the per-head traces)
                 plan = plan.with_overrides(llc_weights=grid["llc_weights"])
+            if grid.get("settings"):  # run settings given over the recipe (recorded since --steps 3000 was given)
+                plan = plan.with_settings(**grid["settings"])
     if "conditions" in summary:  # a search: its conditions, seeds and what it classified on
         plan = plan.with_overrides(**{key: tuple(summary[key]) if isinstance(summary[key], list) else summary[key]
                                       for key in ("conditions", "seeds", "examples", "classify_step", "compare_gaps")

@@ -13,7 +13,7 @@ from test_study_sorting import small_plan
 
 from headway.analysis.development import development
 from headway.analysis.llc import SGLDSettings
-from headway.analysis.llc.stability import (FIRST, LAST, PEAK, model_stability, stability_steps,
+from headway.analysis.llc.stability import (FIRST, LAST, PEAK, SETTLED, model_stability, stability_steps,
                                              variant_settings)
 from headway.analysis.llc.validity import ValidityLimits, invalid_reasons, refusal
 from headway.errors import ConfigError
@@ -223,3 +223,18 @@ def test_a_caption_says_whether_its_p_values_weighed_a_bias_and_the_bias_text_gr
                      "error for run a, run c; the estimator's bias (the known-answer suite's error) was not measured "
                      "(taken as 0) for run b")
     assert weighed_bias_text([], model) == "the estimator's bias (the models' own stability) was not measured"
+
+
+def test_a_settled_checkpoint_is_the_last_valid_one_after_the_peak_whose_training_loss_did_not_rise():
+    """Full-batch runs spike once their loss is tiny: a checkpoint whose loss at w* rose since the one before it is
+    mid-spike, and the fall is read at the last one that is not (rule llc_fall_at = settled)."""
+    spike = trace("a", [5, 500, 300, 20, 130]).assign(init_loss=[4.0, 0.02, 1e-4, 1e-7, 0.03])
+    calm = trace("b", [5, 500, 300, 20, 130]).assign(init_loss=[4.0, 0.02, 1e-4, 1e-3, 1e-5])
+    always = trace("c", [5, 500, 300, 200]).assign(init_loss=[4.0, 0.02, 0.03, 0.04])  # rising after its peak
+    frame = pd.concat([spike, calm, always])
+    assert stability_steps(frame, LIMITS, (PEAK, SETTLED)) == {"a": {PEAK: 20, SETTLED: 40},
+                                                               "b": {PEAK: 20, SETTLED: 50}}
+    assert stability_steps(frame, LIMITS, (PEAK, LAST))["c"] == {PEAK: 20, LAST: 40}  # left out only when asked
+    # an invalid checkpoint is never the settled one, though its loss did not rise
+    invalid_last = calm.assign(basin_fraction=[0.1, 0.1, 0.1, 0.1, 0.9])
+    assert stability_steps(invalid_last, LIMITS, (PEAK, SETTLED)) == {"b": {PEAK: 20, SETTLED: 30}}

@@ -4,14 +4,16 @@ and a CPU-scale run that groks and ends with a handful of key frequencies."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from headway.analysis.development import development
 from headway.analysis.llc import SGLDSettings
-from headway.analysis.llc.stability import stability_steps
+from headway.analysis.llc.stability import LAST, PEAK, SETTLED, stability_steps
 from headway.analysis.llc.trace import estimator_bias
 from headway.cli.main import main
 from headway.cli.study import verdict_table
@@ -20,7 +22,7 @@ from headway.model.config import ModelConfig
 from headway.model.transformer import EnsembleTransformer
 from headway.runs.config import RunConfig, expand_grid, group_runs
 from headway.runs.store import final_metrics, load_model
-from headway.studies.modular.llc_fall import STABILITY_POINTS
+from headway.studies.modular.llc_fall import fall_steps, llc_table, stability_points
 from headway.studies.modular.plan import ModularPlan, study_plan
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.study import ModularStudy
@@ -36,6 +38,8 @@ from headway.analysis.modular.fourier import (
 )
 from headway.tasks.registry import scale_settings
 from headway.train.sweep import train_runs
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 COVERAGE = ModularRules().coverage  # the study's rule: the Fourier analysis holds no share of its own
 
@@ -149,6 +153,47 @@ def test_an_analysis_before_the_stability_stays_current_without_it():
     assert ModularStudy.lacks(0) is None
 
 
+def test_the_fall_is_read_at_the_last_checkpoint_unless_the_rules_say_where_training_settled():
+    rules = ModularRules()
+    assert rules.llc_fall_at == "last" and stability_points(rules) == (PEAK, LAST)
+    assert any("llc_fall_at" not in stamp for stamp in rules.stamps("analysis"))  # older caches stay current
+    settled = rules.changed(llc_fall_at="settled")
+    assert stability_points(settled) == (PEAK, SETTLED)
+    assert all(stamp["llc_fall_at"] == "settled" for stamp in settled.stamps("analysis"))  # measured elsewhere
+    with pytest.raises(ConfigError, match="rule llc_fall_at = 'spike' is unknown; choose one of last, settled"):
+        rules.changed(llc_fall_at="spike")
+
+
+def test_on_the_pooled_folder_the_settled_reading_moves_only_the_run_caught_mid_spike():
+    """results/modular-pooled-cpu (judged at the last checkpoint): seed 18's grokked run was traced at step 3000
+    mid-spike (its loss at w* 0.027 against 1e-7 at step 1400); every other run had settled by step 3000."""
+    curve = pd.concat(pd.read_parquet(path) for path in RESULTS.glob("modular-pooled-cpu/analysis/*/llc_curve.parquet"))
+    assert fall_steps(curve, ModularRules()) is None
+    steps = fall_steps(curve, ModularRules().changed(llc_fall_at="settled"))
+    assert steps == {run: 1400 if run == "004f5f654c50" else 3000 for run in curve.run_id.unique()} and len(steps) == 6
+
+
+def test_the_settled_reading_reads_each_fall_at_its_settled_checkpoint():
+    """The pooled folder's traces, read as the claim reads them: under llc_fall_at = settled seed 18's grokked run
+    falls from its peak to step 1400, every other run's fall is the one its last checkpoint gave."""
+    folder = RESULTS / "modular-pooled-cpu"
+    curve = pd.concat(pd.read_parquet(path) for path in folder.glob("analysis/*/llc_curve.parquet"))
+    metrics = pd.concat(pd.read_parquet(path) for path in folder.glob("runs/*/metrics.parquet"))
+    runs, committed = pd.read_csv(folder / "results.csv"), json.loads((folder / "summary.json").read_text())
+    rules = ModularRules().changed(llc_fall_at="settled")
+    traced = [development(run, metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
+                          committed["llc_bias"], rules.llc_resolved_only) for run in curve.run_id.unique()]
+    table = llc_table(traced, runs, fall_steps(curve, rules)).set_index("run_id")
+    spike = curve[(curve.run_id == "004f5f654c50") & (curve.weights == "all") & (curve.step == 1400)].llc_mean.item()
+    assert table.loc["004f5f654c50", ["final_step", "final"]].tolist() == [1400, spike]
+    assert table.loc["004f5f654c50", "fall"] == pytest.approx(1 - spike / table.loc["004f5f654c50", "peak"])
+    for row in committed["llc"]:
+        if row["run_id"] != "004f5f654c50":
+            assert table.loc[row["run_id"], "final_step"] == 3000
+            assert table.loc[row["run_id"], "fall"] == pytest.approx(row["fall"])
+    assert not table.invalid.any()
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     """Two tiny runs (p = 23, 60 steps: nothing groks) from training to the report: the verdicts carry p, α
@@ -166,7 +211,7 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     # by default the LLC claim weighs the traced models' own stability, measured on each run with a valid checkpoint
     stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
     curve = pd.read_parquet(next((tmp_path / "analysis").glob("*/llc_curve.parquet")))
-    testable = stability_steps(curve, ModularRules().llc_validity(), STABILITY_POINTS)
+    testable = stability_steps(curve, ModularRules().llc_validity(), stability_points(ModularRules()))
     assert testable and set(stability.run_id) == set(testable)
     # compared at each run's peak and its last checkpoint, the fall the claim reads
     assert set(stability.checkpoint) == {"peak", "last"} and set(zip(stability.run_id, stability.checkpoint, stability.step)) \
@@ -206,6 +251,16 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     assert table[0].startswith("Verdicts (5 claims") and max(map(len, table)) <= 100
     assert sum(line.startswith("not testable") for line in table) == 5
     assert any(line.startswith("not testable      1.000   0.05   0.00  With weight decay") for line in table)
+    # read where training settled (rule llc_fall_at = settled): the stability is measured there, and each fall read
+    settled = ModularRules().changed(llc_fall_at="settled")
+    ModularStudy(plan, tmp_path, device="cpu", progress=False, rules=settled).run()
+    stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
+    points = stability_steps(curve, settled.llc_validity(), stability_points(settled))
+    measured = set(zip(stability.run_id, stability.checkpoint, stability.step)) if len(stability) else set()
+    assert measured == {(run, role, step) for run, roles in points.items() for role, step in roles.items()}
+    rows = {row["run_id"]: row for row in json.loads((tmp_path / "summary.json").read_text())["llc"]}
+    for run, row in rows.items():  # these barely trained runs peak at their last checkpoint: none has settled
+        assert row["final_step"] == points[run][SETTLED] if run in points else row["invalid"].startswith("no ")
 
 
 @pytest.mark.slow

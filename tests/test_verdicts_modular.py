@@ -55,7 +55,8 @@ def test_grokking_steps_need_a_delay_after_memorisation():
 
 
 def test_the_rules_hold_every_threshold_once_with_reasons_and_the_analysis_ones_in_the_stamp(tmp_path):
-    assert RULES.stamp("analysis") == {"coverage": 0.8, **LLCRules().stamp("analysis")}  # and the LLC validity limits
+    # the LLC validity limits too, and where the fall is read (its stability is measured there)
+    assert RULES.stamp("analysis") == {"coverage": 0.8, **LLCRules().stamp("analysis"), "llc_fall_at": "last"}
     assert {"generalised", "delay", "sparser", "logits_explained", "llc_fall"} <= set(RULES.sweeps())
     assert all(row["reason"] for row in RULES.rows())
     from headway.studies.modular import tables, verdicts
@@ -63,7 +64,8 @@ def test_the_rules_hold_every_threshold_once_with_reasons_and_the_analysis_ones_
     assert not any(hasattr(module, name) for module in (tables, verdicts)
                    for name in ("MEMORISED", "GENERALISED", "DELAY", "LLC_FALL", "SPARSER", "LOGITS_EXPLAINED"))
     study = ModularStudy(study_plan("cpu"), tmp_path, rules=ModularRules(coverage=0.9))
-    assert study.analysis_stamp(study.plan.runs())["rules"] == {"coverage": 0.9, **LLCRules().stamp("analysis")}
+    assert study.analysis_stamp(study.plan.runs())["rules"] == {"coverage": 0.9, **LLCRules().stamp("analysis"),
+                                                            "llc_fall_at": "last"}
     with pytest.raises(ConfigError, match="judges by ModularRules, not Rules"):
         ModularStudy(study_plan("cpu"), tmp_path, rules=Rules())
 

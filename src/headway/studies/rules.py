@@ -16,6 +16,7 @@ refutation.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,14 +66,14 @@ class Rules(Settings):
                 else getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata["stage"] == stage}
 
     def stamps(self, stage: str = "analysis") -> list[dict[str, Any]]:
-        """Every stamp a cache computed under these rules may carry: today's (`stamp`), and the one written
-        before the rules that were fixed values of the code (`rule(was=...)`) became rules, when each holds
-        the value it had then."""
+        """Every stamp a cache computed under these rules may carry: today's (`stamp`), then those written
+        before some of the rules that were fixed values of the code (`rule(was=...)`) became rules, each of those
+        holding the value it had then (rules became rules at different times, so any of them may be absent)."""
         now = self.stamp(stage)
-        kept = {f.name for f in dataclasses.fields(self)
-                if f.metadata["was"] is None or getattr(self, f.name) != f.metadata["was"]}
-        older = {name: value for name, value in now.items() if name in kept}
-        return [now] if older == now else [now, older]
+        at_was = [f.name for f in dataclasses.fields(self) if f.name in now and f.metadata["was"] is not None
+                  and getattr(self, f.name) == f.metadata["was"]]
+        return [{name: value for name, value in now.items() if name not in absent}
+                for size in range(len(at_was) + 1) for absent in itertools.combinations(at_was, size)]
 
     def sweeps(self) -> dict[str, tuple]:
         """Rule name → the values its sensitivity sweep tries (swept rules only), in field order."""

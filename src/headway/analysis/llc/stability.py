@@ -42,9 +42,10 @@ from headway.tasks.objective import run_loss
 
 VARIANTS = {"plan": (1.0, 1), "half_step": (0.5, 1), "double_batch": (1.0, 2)}  # name → (ε factor, batch factor)
 SETTINGS = "stability.json"  # what the saved stability checkpoints were estimated with
-FIRST, PEAK, LAST = "first_valid", "peak", "last"  # checkpoints of a traced run its stability can be measured at
+# checkpoints of a traced run its stability can be measured at (`stability_steps` says which step each is)
+FIRST, PEAK, LAST, SETTLED = "first_valid", "peak", "last", "settled"
 POINTS = (FIRST, LAST)  # the two a study measures unless it says otherwise
-SAID = {FIRST: "first valid", PEAK: "peak", LAST: "last"}  # each in words, and the stem of its columns
+SAID = {FIRST: "first valid", PEAK: "peak", LAST: "last", SETTLED: "settled"}  # each in words, and its columns' stem
 POOLED_LEVEL = 0.95  # the one-sided confidence of the pooled statistic's bound on the runs' mean difference
 
 
@@ -62,17 +63,31 @@ def points_text(points: tuple[str, str]) -> str:
 def stability_steps(trace: pd.DataFrame, validity: ValidityLimits,
                     points: tuple[str, str] = POINTS) -> dict[str, dict[str, int]]:
     """Per traced run of a trace table: each of `points` → its step: first_valid, the first whole-model checkpoint
-    valid by `validity`'s sampler checks; peak, the valid one of highest λ̂; last, the last traced checkpoint. A run
-    with no valid checkpoint is left out (it cannot be tested)."""
+    valid by `validity`'s sampler checks; peak, the valid one of highest λ̂; last, the last traced checkpoint;
+    settled, the last valid one after the peak where training had settled (`settled_step`). A run with no valid
+    checkpoint, or without a settled one when `points` asks for it, is left out (it cannot be tested)."""
     out = {}
     for run_id, rows in trace[trace.weights == "all"].groupby("run_id"):
         rows = rows.sort_values("step")
         valid = rows[(valid_llc(rows, validity) == "").to_numpy()]
         if len(valid):
-            steps = {FIRST: int(valid.step.iloc[0]), PEAK: int(valid.step.loc[valid.llc_mean.idxmax()]),
-                     LAST: int(rows.step.iloc[-1])}
-            out[str(run_id)] = {point: steps[point] for point in points}
+            peak = int(valid.step.loc[valid.llc_mean.idxmax()])
+            steps = {FIRST: int(valid.step.iloc[0]), PEAK: peak, LAST: int(rows.step.iloc[-1]),
+                     SETTLED: settled_step(rows, valid, peak) if SETTLED in points else None}
+            if all(steps[point] is not None for point in points):
+                out[str(run_id)] = {point: steps[point] for point in points}
     return out
+
+
+def settled_step(rows: pd.DataFrame, valid: pd.DataFrame, after: int) -> int | None:
+    """The last of `valid` (one run's valid whole-model trace rows) after step `after` whose training loss at w*
+    (`init_loss`) is no higher than at the traced checkpoint before it in `rows` (all its rows, by step), or None.
+    Full-batch training spikes once its loss is tiny, and mid-spike w* is no minimum; a loss that rose since the
+    previous checkpoint marks one (docs/study-modular.md, "Reading the fall where training has settled")."""
+    loss = rows.set_index("step").init_loss.astype(float)
+    before = loss.shift(1)
+    settled = [int(step) for step in valid.step if step > after and not loss[step] > before[step]]
+    return settled[-1] if settled else None
 
 
 def llc_stability(run_dir: Path, folder: Path, runs: list[RunConfig], instances: list[int],

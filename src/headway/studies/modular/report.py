@@ -19,7 +19,7 @@ from headway.runs import layout
 from headway.studies.base import StudyData
 from headway.studies.llc_bias import bias_said, errors_text, stability_table, write_stability
 from headway.studies.llc_schema import curve_csv
-from headway.studies.modular.llc_fall import STABILITY_POINTS
+from headway.studies.modular.llc_fall import stability_points
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import (ModularTables, grokking_counts, grokking_sensitivity, run_title,
                                             summary_json, tables_at)
@@ -140,10 +140,10 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "with an invalid checkpoint after its peak cannot carry the LLC claim.")
     section.paragraph(f"Why these settings: {chosen.reason}.")
     section.key_values({"LLC estimator bias": bias_said(tables.llc_bias, tables.stability, data.rules,
-                                                        "the LLC claim's test", STABILITY_POINTS),
+                                                        "the LLC claim's test", stability_points(data.rules)),
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
                        "The LLC estimator's bias the rise and fall are weighed against.")
-    stability_table(section, tables.stability, STABILITY_POINTS)
+    stability_table(section, tables.stability, stability_points(data.rules))
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
                   "/ peak and fall (peak − final) / peak with their standard errors (the chains'), development's "
                   f"one-sided p of each, {errors_text(tables.llc_bias, data.rules)}; invalid: why the run's fall "

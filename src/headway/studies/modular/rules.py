@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headway.settings import check_choice
 from headway.studies.llc_rules import LLCRules
 from headway.studies.rules import rule
+
+FALL_READINGS = ("last", "settled")  # where the LLC claim reads a run's fall (rule llc_fall_at)
 
 
 @dataclass(frozen=True)
@@ -42,3 +45,11 @@ class ModularRules(LLCRules):
                            sweep=(0.05, 0.1, 0.2), low=0.0, high=1.0)
     llc_significant: float = rule(2.0, "each run's descriptive rises-then-falls flag: both changes beyond this many "
                                        "standard errors (the verdict weighs p-values at α instead)", low=0.0)
+    llc_fall_at: str = rule("last", "where the LLC claim reads each run's fall, and measures its stability: 'last', "
+                                    "the last valid traced checkpoint, or 'settled', the last valid one after the "
+                                    "peak whose training loss at w* is no higher than at the checkpoint before it "
+                                    "(not mid-spike; docs/study-modular.md)", stage="analysis", was="last")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("rule llc_fall_at", self.llc_fall_at, FALL_READINGS)

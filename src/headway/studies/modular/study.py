@@ -38,12 +38,12 @@ class ModularStudy(TracingStudy):
 
     def analyse(self, run_dir: Path, runs: list[RunConfig], folder: Path, device: torch.device) -> dict[str, pd.DataFrame]:
         from headway.studies.modular.analyse import analyse_members
-        from headway.studies.modular.llc_fall import STABILITY_POINTS
+        from headway.studies.modular.llc_fall import stability_points
 
         parts = self.tagged_by_task(runs, lambda members: analyse_members(run_dir, runs, members, device,
                                                                           self.rules.coverage))
         chosen = self.llc_settings(run_dir, folder, runs, device)
         parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen)]
         parts["llc_stability"] = [self.measure_stability(run_dir, folder, runs, device, chosen, parts["llc_curve"][0],
-                                                         STABILITY_POINTS)]
+                                                         stability_points(self.rules))]
         return joined(parts)

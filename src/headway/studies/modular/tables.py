@@ -20,7 +20,8 @@ from headway.analysis.llc.stability import ModelStability
 from headway.analysis.emergence import stays_above_from
 from headway.runs.store import final_metrics, plain_value
 from headway.studies.base import StudyData
-from headway.studies.modular.llc_fall import STABILITY_POINTS, llc_table
+from headway.studies.modular.llc_fall import fall_steps, llc_table, stability_points
+from headway.studies.modular.plan import STUDY_SCALES, ModularPlan, study_plan
 from headway.studies.modular.rules import ModularRules
 from headway.studies.verdict import Verdict
 
@@ -58,12 +59,12 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
     llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), trace, llc_bias,
-                                             STABILITY_POINTS)
+                                             stability_points(rules))
     traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
                            llc_bias, rules.llc_resolved_only)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
-                         development=traced, llc=llc_table(traced, runs),
+                         development=traced, llc=llc_table(traced, runs, fall_steps(trace, rules)),
                          weight_decays=tuple(data.plan.weight_decays), llc_bias=llc_bias, stability=stability)
 
 
@@ -139,7 +140,9 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
         "grid": {"train_fractions": list(plan.train_fractions), "weight_decays": list(plan.weight_decays),
                  "seeds": list(plan.seeds), "development_seeds": list(plan.development_seeds),
                  "fresh_data": plan.fresh_data, "llc_first_step": plan.llc_first_step, "llc_burnin": plan.llc_burnin,
-                 "llc_draws": plan.llc_draws},
+                 "llc_draws": plan.llc_draws,
+                 # the run settings given over the scale's recipe (--steps 3000): what judging it again must rebuild
+                 "settings": given_settings(plan)},
         "rules": data.rules.to_dict(),
         "per_run": records(tables.runs),
         "grokking": records(grokking_counts(tables.runs)),
@@ -155,3 +158,10 @@ def summary_json(data: StudyData, tables: ModularTables, verdicts: list[Verdict]
         "hardware": data.hardware,
         "ensembles": data.ensembles,
     }
+
+
+def given_settings(plan: ModularPlan) -> dict[str, Any]:
+    """The run settings `plan` gives over its scale's recipe (`--steps 3000` → {"steps": 3000}), so a folder judged
+    again rebuilds the same runs."""
+    recipe = study_plan(plan.scale).settings if plan.scale in STUDY_SCALES else {}
+    return {key: value for key, value in plan.settings.items() if recipe.get(key) != value}

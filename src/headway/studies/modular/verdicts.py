@@ -37,7 +37,7 @@ from headway.analysis.statistics import (
     z_score,
 )
 from headway.studies.llc_bias import weighed_bias_text
-from headway.studies.modular.llc_fall import STABILITY_POINTS
+from headway.studies.modular.llc_fall import stability_points
 from headway.studies.modular.rules import ModularRules
 from headway.studies.modular.tables import ModularTables
 from headway.studies.verdict import (Claim, Finding, StudyClaim, Verdict, checked_claim, intersection_union, judge,
@@ -189,8 +189,11 @@ def _llc_test(rules: ModularRules) -> str:
             "peak was picked from) and falls from it, as a "
             "share of the peak, further than its control's, the run of the same train fraction and seed without "
             "weight decay (one-sided z-test of the difference, standard errors from the chains and the estimator's "
-            f"bias: {rules.llc_bias_source_text(STABILITY_POINTS)}); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
-            f"extra fall of {rules.llc_fall:.0%} of the peak; valid estimates: {rules.llc_reading()}")
+            f"bias: {rules.llc_bias_source_text(stability_points(rules))}); p is the largest over the runs and tests (every run must pass); stated effect: a rise and an "
+            f"extra fall of {rules.llc_fall:.0%} of the peak; valid estimates: {rules.llc_reading()}"
+            + ("; each fall read at the run's last settled checkpoint: the last valid one after its peak whose "
+               "training loss at w* is no higher than at the checkpoint before it (llc_fall_at = settled)"
+               if rules.llc_fall_at == "settled" else ""))
 
 
 # The LLC table's columns the claim reads. A run whose estimates are invalid (`invalid`) has no rise or fall, and
