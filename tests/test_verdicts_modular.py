@@ -183,6 +183,9 @@ def test_invalid_estimates_and_missing_controls_make_the_llc_claim_untestable():
     assert found == "not testable" and f"its estimates are invalid: {left}" in evidence
     found, evidence = llc_status(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.1, invalid="no valid checkpoint"))
     assert found == "not testable" and "its control's estimates are invalid: no valid checkpoint" in evidence
+    # a fall read before the run generalised (a settled checkpoint can come before it) is not the claimed fall
+    found, evidence = llc_status({**llc_row("g", 1.0, 0.66), "final_step": 1400}, llc_row("c", 0.0, 0.1))
+    assert found == "not testable" and "its fall is read at step 1400, before it generalised at step 1600" in evidence
     found, evidence = llc_status(llc_row("g", 1.0, 0.66), llc_row("c", 0.0, 0.1, grokked=True))
     assert found == "not testable" and "its control grokked" in evidence
     assert llc_status(llc_row("g", 0.0, 0.66, grokked=False))[0] == "not testable"

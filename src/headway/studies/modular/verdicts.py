@@ -251,6 +251,9 @@ def _unpaired(g, c) -> str:
     fraction and seed (None: none was traced), "" when it can."""
     if g.invalid:
         return f"its estimates are invalid: {g.invalid}"
+    if g.final_step < g.generalised_step:  # read before grokking (a settled checkpoint can be): not the claimed fall
+        return (f"its fall is read at step {g.final_step}, before it generalised at step "
+                f"{g.generalised_step:.0f}")
     if c is None:
         return "no control was traced"
     if c.grokked:
