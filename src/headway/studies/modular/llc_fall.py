@@ -30,6 +30,7 @@ def fall_steps(trace: pd.DataFrame, rules: ModularRules) -> dict[str, int] | Non
     return {run: points[SETTLED] for run, points in stability_steps(trace, rules.llc_validity(),
                                                                      stability_points(rules)).items()}
 
+
 LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",
                "start", "peak_step", "peak", "final_step", "final", "rise", "rise_se", "fall", "fall_se",
                "peak_candidates", "p_rise", "p_fall", "rises_then_falls", "invalid", "excluded", "bias"]
