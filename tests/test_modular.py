@@ -155,10 +155,10 @@ def test_an_analysis_before_the_stability_stays_current_without_it():
 
 def test_the_fall_is_read_at_the_last_checkpoint_unless_the_rules_say_where_training_settled():
     rules = ModularRules()
-    assert rules.llc_fall_at == "last" and stability_points(rules) == (PEAK, LAST)
+    assert rules.llc_fall_at == "last" and stability_points(rules.llc_fall_at) == (PEAK, LAST)
     assert any("llc_fall_at" not in stamp for stamp in rules.stamps("analysis"))  # older caches stay current
     settled = rules.changed(llc_fall_at="settled")
-    assert stability_points(settled) == (PEAK, SETTLED)
+    assert stability_points(settled.llc_fall_at) == (PEAK, SETTLED)
     assert all(stamp["llc_fall_at"] == "settled" for stamp in settled.stamps("analysis"))  # measured elsewhere
     with pytest.raises(ConfigError, match="rule llc_fall_at = 'spike' is unknown; choose one of last, settled"):
         rules.changed(llc_fall_at="spike")
@@ -168,8 +168,8 @@ def test_on_the_pooled_folder_the_settled_reading_moves_only_the_run_caught_mid_
     """results/modular-pooled-cpu (judged at the last checkpoint): seed 18's grokked run was traced at step 3000
     mid-spike (its loss at w* 0.027 against 1e-7 at step 1400); every other run had settled by step 3000."""
     curve = pd.concat(pd.read_parquet(path) for path in RESULTS.glob("modular-pooled-cpu/analysis/*/llc_curve.parquet"))
-    assert fall_steps(curve, ModularRules()) is None
-    steps = fall_steps(curve, ModularRules().changed(llc_fall_at="settled"))
+    assert fall_steps(curve, "last", ModularRules().llc_validity()) is None
+    steps = fall_steps(curve, "settled", ModularRules().llc_validity())
     assert steps == {run: 1400 if run == "004f5f654c50" else 3000 for run in curve.run_id.unique()} and len(steps) == 6
 
 
@@ -183,7 +183,7 @@ def test_the_settled_reading_reads_each_fall_at_its_settled_checkpoint():
     rules = ModularRules().changed(llc_fall_at="settled")
     traced = [development(run, metrics, curve, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
                           committed["llc_bias"], rules.llc_resolved_only) for run in curve.run_id.unique()]
-    table = llc_table(traced, runs, fall_steps(curve, rules)).set_index("run_id")
+    table = llc_table(traced, runs, fall_steps(curve, rules.llc_fall_at, rules.llc_validity())).set_index("run_id")
     spike = curve[(curve.run_id == "004f5f654c50") & (curve.weights == "all") & (curve.step == 1400)].llc_mean.item()
     assert table.loc["004f5f654c50", ["final_step", "final"]].tolist() == [1400, spike]
     assert table.loc["004f5f654c50", "fall"] == pytest.approx(1 - spike / table.loc["004f5f654c50", "peak"])
@@ -211,7 +211,7 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     # by default the LLC claim weighs the traced models' own stability, measured on each run with a valid checkpoint
     stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
     curve = pd.read_parquet(next((tmp_path / "analysis").glob("*/llc_curve.parquet")))
-    testable = stability_steps(curve, ModularRules().llc_validity(), stability_points(ModularRules()))
+    testable = stability_steps(curve, ModularRules().llc_validity(), stability_points(ModularRules().llc_fall_at))
     assert testable and set(stability.run_id) == set(testable)
     # compared at each run's peak and its last checkpoint, the fall the claim reads
     assert set(stability.checkpoint) == {"peak", "last"} and set(zip(stability.run_id, stability.checkpoint, stability.step)) \
@@ -255,7 +255,7 @@ def test_the_study_end_to_end_on_a_tiny_grid(tmp_path):
     settled = ModularRules().changed(llc_fall_at="settled")
     ModularStudy(plan, tmp_path, device="cpu", progress=False, rules=settled).run()
     stability = pd.concat(pd.read_parquet(path) for path in (tmp_path / "analysis").glob("*/llc_stability.parquet"))
-    points = stability_steps(curve, settled.llc_validity(), stability_points(settled))
+    points = stability_steps(curve, settled.llc_validity(), stability_points(settled.llc_fall_at))
     measured = set(zip(stability.run_id, stability.checkpoint, stability.step)) if len(stability) else set()
     assert measured == {(run, role, step) for run, roles in points.items() for role, step in roles.items()}
     rows = {row["run_id"]: row for row in json.loads((tmp_path / "summary.json").read_text())["llc"]}

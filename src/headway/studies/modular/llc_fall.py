@@ -10,25 +10,24 @@ import pandas as pd
 
 from headway.analysis.development import Development, applied_bias
 from headway.analysis.llc.stability import LAST, PEAK, SETTLED, stability_steps
-from headway.analysis.llc.validity import NOT_A_MINIMUM
-from headway.studies.modular.rules import ModularRules
+from headway.analysis.llc.validity import NOT_A_MINIMUM, ValidityLimits
 
 
-def stability_points(rules: ModularRules) -> tuple[str, str]:
+def stability_points(fall_at: str) -> tuple[str, str]:
     """Where the traced models' stability is compared (`headway.analysis.llc.stability`): the claim reads the fall
-    from the peak to the checkpoint `rules.llc_fall_at` names (the last, or the last settled) against the control's;
-    the rise (about all of the peak) is not in doubt, and the first valid λ̂, a few units, carries chain noise of
-    10-40% of itself that would swamp a relative difference."""
-    return PEAK, SETTLED if rules.llc_fall_at == "settled" else LAST
+    from the peak to the checkpoint the rule `llc_fall_at` names (`fall_at`: the last, or the last settled) against
+    the control's; the rise (about all of the peak) is not in doubt, and the first valid λ̂, a few units, carries
+    chain noise of 10-40% of itself that would swamp a relative difference."""
+    return PEAK, SETTLED if fall_at == "settled" else LAST
 
 
-def fall_steps(trace: pd.DataFrame, rules: ModularRules) -> dict[str, int] | None:
-    """Run id → the checkpoint its fall is read at when `rules.llc_fall_at` is "settled" (`stability_steps`; a run
-    without one is absent), None when the fall is read at each run's last valid checkpoint."""
-    if rules.llc_fall_at != "settled" or not len(trace):
+def fall_steps(trace: pd.DataFrame, fall_at: str, validity: ValidityLimits) -> dict[str, int] | None:
+    """Run id → the checkpoint its fall is read at when the rule `llc_fall_at` (`fall_at`) is "settled"
+    (`stability_steps` by `validity`; a run without one is absent), None when the fall is read at each run's last
+    valid checkpoint."""
+    if fall_at != "settled" or not len(trace):
         return None
-    return {run: points[SETTLED] for run, points in stability_steps(trace, rules.llc_validity(),
-                                                                     stability_points(rules)).items()}
+    return {run: points[SETTLED] for run, points in stability_steps(trace, validity, stability_points(fall_at)).items()}
 
 
 LLC_COLUMNS = ["run_id", "train_fraction", "weight_decay", "seed", "grokked", "generalised_step", "start_step",

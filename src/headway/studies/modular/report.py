@@ -139,11 +139,12 @@ def _development_section(report: Report, data: StudyData, tables: ModularTables,
         "estimate is invalid (λ̂ ≤ 0, no standard error, a chain that diverged or left the basin) is left out; a run "
         "with an invalid checkpoint after its peak cannot carry the LLC claim.")
     section.paragraph(f"Why these settings: {chosen.reason}.")
+    points = stability_points(data.rules.llc_fall_at)
     section.key_values({"LLC estimator bias": bias_said(tables.llc_bias, tables.stability, data.rules,
-                                                        "the LLC claim's test", stability_points(data.rules)),
+                                                        "the LLC claim's test", points),
                         "added to": "every λ̂'s standard error, in quadrature (bias × λ̂)"},
                        "The LLC estimator's bias the rise and fall are weighed against.")
-    stability_table(section, tables.stability, stability_points(data.rules))
+    stability_table(section, tables.stability, points)
     section.table(tables.llc[LLC_SHOWN], "Per traced run: the first valid, peak and last valid λ̂; rise (peak − start) "
                   "/ peak and fall (peak − final) / peak with their standard errors (the chains'), development's "
                   f"one-sided p of each, {errors_text(tables.llc_bias, data.rules)}; invalid: why the run's fall "

@@ -45,5 +45,5 @@ class ModularStudy(TracingStudy):
         chosen = self.llc_settings(run_dir, folder, runs, device)
         parts["llc_curve"] = [self.trace_llc(run_dir, folder, runs, device, chosen)]
         parts["llc_stability"] = [self.measure_stability(run_dir, folder, runs, device, chosen, parts["llc_curve"][0],
-                                                         stability_points(self.rules))]
+                                                         stability_points(self.rules.llc_fall_at))]
         return joined(parts)

@@ -59,12 +59,13 @@ def summarise(data: StudyData, llc_bias: float = math.nan) -> ModularTables:
     runs["random_logit_share"] = runs.n_key / ((runs.modulus - 1) // 2) * runs.logit_share_all
     trace = data.tables["llc_curve"]
     llc_bias, stability = rules.weighed_bias(data.tables.get("llc_stability", pd.DataFrame()), trace, llc_bias,
-                                             stability_points(rules))
+                                             stability_points(rules.llc_fall_at))
     traced = [development(run_id, metrics, trace, rules.llc_fall, rules.llc_validity(), rules.llc_significant,
                            llc_bias, rules.llc_resolved_only)
               for run_id in trace.run_id.unique()] if len(trace) else []
     return ModularTables(runs=runs, metrics=metrics, spectrum=data.tables["spectrum"], fourier_curve=curve,
-                         development=traced, llc=llc_table(traced, runs, fall_steps(trace, rules)),
+                         development=traced,
+                         llc=llc_table(traced, runs, fall_steps(trace, rules.llc_fall_at, rules.llc_validity())),
                          weight_decays=tuple(data.plan.weight_decays), llc_bias=llc_bias, stability=stability)
 
 
