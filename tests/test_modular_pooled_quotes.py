@@ -1,5 +1,5 @@
-"""The hand-written numbers of results/modular-pooled-cpu/README.md (each pair's extra fall and z, which the template
-cannot compute) are those of the study's own verdict in summary.json."""
+"""The hand-written numbers of results/modular-pooled-cpu/README.md and results/modular-settled-cpu/README.md (each
+pair's extra fall and z, which the template cannot compute) are those of the study's own verdict in summary.json."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ FOLDER = Path(__file__).resolve().parent.parent / "results" / "modular-pooled-cp
 PAIR = re.compile(r"seed (\d+) \(fraction [\d.]+\):.*?difference ([+-]\d+)% .*?z = (-?[\d.]+)")
 
 
-def pairs() -> dict[int, tuple[int, float]]:
+def pairs(folder: Path = FOLDER) -> dict[int, tuple[int, float]]:
     """Each seed's extra fall (percent of the peak) and z as the verdict's evidence states them."""
-    verdict = next(v for v in json.loads((FOLDER / "summary.json").read_text())["verdicts"] if v["id"] == "llc-falls")
+    verdict = next(v for v in json.loads((folder / "summary.json").read_text())["verdicts"] if v["id"] == "llc-falls")
     return {int(seed): (int(diff), float(z)) for seed, diff, z in PAIR.findall(verdict["evidence"])}
 
 
@@ -24,3 +24,11 @@ def test_the_readme_quotes_each_pairs_extra_fall_and_z_as_the_verdict_has_them()
     assert d16 > 0 and d17 > 0 and d18 < 0  # two pairs pass, the third does not: the verdict the README explains
     assert f"extra falls of {d16:+d}% and {d17:+d}%, z = {z16:.1f} and {z17:.1f}" in readme
     assert f"seed 18 does not (−{-d18}%, z = −{-z18:.1f}" in readme
+
+
+def test_the_settled_readme_quotes_the_two_tested_pairs_as_the_verdict_has_them():
+    folder = FOLDER.parent / "modular-settled-cpu"
+    found, readme = pairs(folder), " ".join((folder / "README.md").read_text().split())
+    assert set(found) == {19, 21}  # seed 20 left out: its settled checkpoint came before it generalised
+    (d19, z19), (d21, z21) = found[19], found[21]
+    assert f"extra falls of {d19:+d}% and {d21:+d}%, z = {z19:.1f} and {z21:.1f}" in readme
