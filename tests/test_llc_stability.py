@@ -238,3 +238,7 @@ def test_a_settled_checkpoint_is_the_last_valid_one_after_the_peak_whose_trainin
     # an invalid checkpoint is never the settled one, though its loss did not rise
     invalid_last = calm.assign(basin_fraction=[0.1, 0.1, 0.1, 0.1, 0.9])
     assert stability_steps(invalid_last, LIMITS, (PEAK, SETTLED)) == {"b": {PEAK: 20, SETTLED: 30}}
+    # a loss that is missing settles nothing, at the checkpoint or at the one before it
+    unknown = calm.assign(init_loss=[4.0, 0.02, 1e-4, math.nan, 1e-5])
+    assert stability_steps(unknown, LIMITS, (PEAK, SETTLED)) == {"b": {PEAK: 20, SETTLED: 30}}
+    assert stability_steps(calm.assign(init_loss=math.nan), LIMITS, (PEAK, SETTLED)) == {}

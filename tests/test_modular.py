@@ -171,6 +171,11 @@ def test_on_the_pooled_folder_the_settled_reading_moves_only_the_run_caught_mid_
     assert fall_steps(curve, "last", ModularRules().llc_validity()) is None
     steps = fall_steps(curve, "settled", ModularRules().llc_validity())
     assert steps == {run: 1400 if run == "004f5f654c50" else 3000 for run in curve.run_id.unique()} and len(steps) == 6
+    # and, as its README and the study doc say, in every run the one of its last three traced checkpoints with the
+    # highest training loss at w* has the highest λ̂
+    late = curve[(curve.weights == "all") & (curve.step >= 700)]
+    for _, run in late.groupby("run_id"):
+        assert run.init_loss.idxmax() == run.llc_mean.idxmax() and len(run) == 3
 
 
 def test_the_settled_reading_reads_each_fall_at_its_settled_checkpoint():

@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pandas as pd
+
 FOLDER = Path(__file__).resolve().parent.parent / "results" / "modular-pooled-cpu"
 PAIR = re.compile(r"seed (\d+) \(fraction [\d.]+\):.*?difference ([+-]\d+)% .*?z = (-?[\d.]+)")
 
@@ -32,3 +34,9 @@ def test_the_settled_readme_quotes_the_two_tested_pairs_as_the_verdict_has_them(
     assert set(found) == {19, 21}  # seed 20 left out: its settled checkpoint came before it generalised
     (d19, z19), (d21, z21) = found[19], found[21]
     assert f"extra falls of {d19:+d}% and {d21:+d}%, z = {z19:.1f} and {z21:.1f}" in readme
+    # read at its last checkpoint (on a spike), seed 20's grokked run would fall no further than its control, so the
+    # old rule would have failed the claim, as the README says
+    llc = {(row["seed"], row["weight_decay"]): row for row in json.loads((folder / "summary.json").read_text())["llc"]}
+    curve = pd.read_csv(folder / "llc_curve.csv")
+    last = curve[(curve.run_id == llc[20, 1.0]["run_id"]) & (curve.weights == "all") & (curve.step == 3000)]
+    assert 1 - last.llc_mean.item() / llc[20, 1.0]["peak"] - llc[20, 0.0]["fall"] < 0.02

@@ -83,10 +83,11 @@ def settled_step(rows: pd.DataFrame, valid: pd.DataFrame, after: int) -> int | N
     """The last of `valid` (one run's valid whole-model trace rows) after step `after` whose training loss at w*
     (`init_loss`) is no higher than at the traced checkpoint before it in `rows` (all its rows, by step), or None.
     Full-batch training spikes once its loss is tiny, and mid-spike w* is no minimum; a loss that rose since the
-    previous checkpoint marks one (docs/study-modular.md, "Reading the fall where training has settled")."""
+    previous checkpoint marks one (docs/study-modular.md, "Reading the fall where training has settled"). A loss
+    missing (NaN) at either checkpoint settles nothing."""
     loss = rows.set_index("step").init_loss.astype(float)
     before = loss.shift(1)
-    settled = [int(step) for step in valid.step if step > after and not loss[step] > before[step]]
+    settled = [int(step) for step in valid.step if step > after and loss[step] <= before[step]]
     return settled[-1] if settled else None
 
 

@@ -80,8 +80,8 @@ def llc_table(developments: list[Development], runs: pd.DataFrame,
         if read_at is not None and not invalid:
             final_step = read_at.get(traced.run_id, -1)
             if final_step not in valid or final_step <= traced.peak_step:
-                invalid = (f"no settled checkpoint after its peak at step {traced.peak_step} (at every valid one "
-                           "the training loss at w* rose since the checkpoint before it)")
+                invalid = (f"no settled checkpoint after its peak at step {traced.peak_step} (none valid whose "
+                           "training loss at w* is known and did not rise since the checkpoint before it)")
         final = traced.final if read_at is None or invalid else float(whole.loc[final_step, "llc_mean"])
         bias = applied_bias(traced.bias)
 
